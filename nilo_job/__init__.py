@@ -1,0 +1,68 @@
+"""nilo-job: work that runs later, again, or on a schedule, from a table in your own database.
+
+    import nilo_job as job
+
+A job is a dataclass with a name (`nilo_job`), a `retry` and a `run`; `job.Jobs(kinds=[...],
+store=job.Table("sqlite:///app.db"))` is the queue; `await jobs.push(value)` queues a row and
+`await jobs.serve()` runs them. It is at least once: a worker that dies leaves a lease that runs
+out, and another worker takes the row, so write `run` to be safe to call twice.
+"""
+
+from __future__ import annotations
+
+from ._clock import now_us
+from ._errors import (
+    BadPayload,
+    JobError,
+    LeaseLost,
+    PayloadTooLarge,
+    QueueFull,
+    Refusal,
+    StoreUnavailable,
+    TimedOut,
+)
+from ._queue import Jobs
+from ._spaces import MemorySpace, Space
+from ._table import Table
+from ._values import (
+    Dead,
+    Exponential,
+    Fixed,
+    Missed,
+    Overlap,
+    Retry,
+    Run,
+    State,
+    Stats,
+    Status,
+    Tick,
+)
+from .store.memory import Memory
+
+__all__ = [
+    "BadPayload",
+    "Dead",
+    "Exponential",
+    "Fixed",
+    "JobError",
+    "Jobs",
+    "LeaseLost",
+    "Memory",
+    "MemorySpace",
+    "Missed",
+    "Overlap",
+    "PayloadTooLarge",
+    "QueueFull",
+    "Refusal",
+    "Retry",
+    "Run",
+    "Space",
+    "State",
+    "Stats",
+    "Status",
+    "StoreUnavailable",
+    "Table",
+    "Tick",
+    "TimedOut",
+    "now_us",
+]

@@ -1,0 +1,134 @@
+"""The payload codec: a kind's dataclass to JSON bytes at push, and back on a worker.
+
+msgspec does the encoding and the typed decoding (it is the fastest maintained codec that checks
+types on the way in). On top of it this module promises what the seed asks of a payload: what is
+pushed is what `run` gets. A field whose type cannot travel through JSON is refused when the queue
+is built, and a value that would not come back equal (NaN, a str in an int field) is refused at
+push with a sentence naming the field, before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import typing
+from typing import Any
+
+import msgspec
+
+from ._errors import Refusal
+
+_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+class Codec:
+    """Encodes and decodes the payload of one kind's class `cls`.
+
+    Raises (at construction):
+        Refusal: a field's type cannot round-trip through JSON; the message names the field.
+    """
+
+    __slots__ = ("_decoder", "_encoder", "cls")
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        _check_fields(cls)
+        self._encoder = msgspec.json.Encoder()
+        self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(cls)
+
+    def encode(self, value: object) -> bytes:
+        """The JSON of `value`, checked to decode back to an equal value.
+
+        Raises:
+            Refusal: `value` cannot be encoded, or would not come back as it went in.
+        """
+        name = self.cls.__name__
+        try:
+            data = self._encoder.encode(value)
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+            raise Refusal(
+                f"{name} cannot be written as JSON: {error}; nothing was pushed"
+            ) from None
+        plain = msgspec.to_builtins(value)
+        if (where := _non_finite(plain, name)) is not None:
+            raise Refusal(
+                f"{where} holds a float that is not finite (NaN or infinity), which JSON cannot "
+                "carry: store None or a sentinel instead; nothing was pushed"
+            )
+        try:
+            back = self._decoder.decode(data)
+        except msgspec.ValidationError as error:
+            raise Refusal(_explain(name, str(error)) + "; nothing was pushed") from None
+        if msgspec.to_builtins(back) != plain:
+            raise Refusal(
+                f"{name} would not come back from JSON as it was pushed: check each field's "
+                "value against its annotation; nothing was pushed"
+            )
+        return data
+
+    def decode(self, data: bytes) -> Any:
+        """The value `data` encodes.
+
+        Raises:
+            msgspec.ValidationError, msgspec.DecodeError: the JSON no longer fits the class.
+        """
+        return self._decoder.decode(data)
+
+
+def _explain(name: str, message: str) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.user_id`" as "SendWelcome.user_id: …"."""
+    match = _PATH.search(message)
+    if match is None:
+        return f"{name}: {message}"
+    what = message[: match.start()].replace("`", "")
+    what = what[:1].lower() + what[1:]
+    return f"{name}{match['path']}: {what}"
+
+
+def _non_finite(value: object, path: str) -> str | None:
+    """The path of the first non-finite float in a tree of plain values, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (found := _non_finite(item, f"{path}.{key}")) is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _non_finite(item, f"{path}[{index}]")) is not None:
+                return found
+    return None
+
+
+def _check_fields(cls: type) -> None:
+    """Refuse, naming the field, a dataclass field whose type msgspec cannot decode."""
+    name = cls.__name__
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception as error:
+        raise Refusal(
+            f"{name}'s field annotations cannot be resolved ({type(error).__name__}: {error}): "
+            "import every type a field names in the module that defines the class"
+        ) from None
+    fields = (
+        [field.name for field in dataclasses.fields(cls)]
+        if dataclasses.is_dataclass(cls)
+        else list(getattr(cls, "__struct_fields__", ()))
+    )
+    for field in fields:
+        hint = hints.get(field, Any)
+        try:
+            msgspec.json.Decoder(hint)
+        except TypeError:
+            shown = getattr(hint, "__qualname__", None) or repr(hint)
+            raise Refusal(
+                f"{name}.{field} is a {shown}, which cannot travel through JSON to a worker "
+                "(possibly in another process): carry its id or its data as str, int, float, "
+                "bool, an enum, a list, a dict with str keys, a dataclass, datetime, date, UUID, "
+                "Decimal or bytes, and look the rest up in run"
+            ) from None
+    try:
+        msgspec.json.Decoder(cls)
+    except TypeError as error:
+        raise Refusal(f"{name} cannot be read back from JSON: {error}") from None

@@ -1,0 +1,72 @@
+"""Every exception nilo-job raises or records, under one root.
+
+    JobError             the root of the queue's own errors
+    ├── QueueFull        a job.Memory store has no room for the row (seed: "error.QueueFull")
+    ├── PayloadTooLarge  a payload's JSON is larger than the store's max_payload
+    ├── TimedOut         the name a run that outlived its timeout_ms records; never final
+    ├── BadPayload       the name a row records when its stored JSON no longer fits its class
+    ├── LeaseLost        a worker tried to finish a row another worker has since claimed
+    └── StoreUnavailable the store could not be reached or answered with an error
+
+    Refusal(TypeError, ValueError)
+                         a mistake in how the queue is defined or called: raised where the
+                         mistake is made, naming the class, the field and what to write
+
+A job's own exceptions are never wrapped: a dead row keeps their class name (seed: "The row keeps
+the error's own name").
+"""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """The root of every error the queue itself raises or records."""
+
+
+class QueueFull(JobError):
+    """A `job.Memory` store holds `bytes` of payload already and the new row does not fit.
+
+    The seed: a full Memory answers QueueFull rather than writing over the oldest row. Nothing is
+    written by the push that raised it.
+    """
+
+
+class PayloadTooLarge(JobError):
+    """A payload's JSON is larger than the store's `max_payload` (bytes). Nothing is written."""
+
+
+class TimedOut(JobError):
+    """A run outlived its `timeout_ms` (real time) and was cancelled.
+
+    It is recorded as a failed attempt named ``TimedOut`` and is retried or dead by the kind's
+    `retry`. It is never final: the seed says the next attempt may finish. Listing it in a kind's
+    `final` is a `Refusal`.
+    """
+
+
+class BadPayload(JobError):
+    """A row's stored JSON no longer fits its kind's class (a field renamed, a type changed).
+
+    The row dies at once under this name, without calling `run`, and the worker goes on.
+    """
+
+
+class LeaseLost(JobError):
+    """A worker's lease on a row ran out and another worker claimed it before this one finished.
+
+    The late worker's outcome is not written: the row belongs to its new holder.
+    """
+
+
+class StoreUnavailable(JobError):
+    """The store could not be reached, or answered with an error that is not the caller's fault."""
+
+
+class Refusal(TypeError, ValueError):
+    """A definition or a call that cannot be right, refused before anything is written.
+
+    The seed's compile errors: raised by `job.Jobs(...)` for a kind that cannot work, by
+    `job.cron(...)` for a bad expression, and by `push` for options that cannot go together or a
+    payload that cannot round-trip. The message names the class and the field and says what to
+    write instead. `nilo-job check module:attr` prints them for CI.
+    """

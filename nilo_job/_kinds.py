@@ -1,0 +1,287 @@
+"""Reading a job class: its name, retry, final errors, timeout, the run signature and its payload.
+
+Everything the seed checks "while compiling" is checked here, when `job.Jobs(...)` is built, and
+each mistake is a `Refusal` naming the class, the field and what to write (seed: "A job is a
+struct"). The result is a `Kind`, which the queue uses without looking at the class again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._codec import Codec
+from ._errors import Refusal, TimedOut
+from ._values import Retry, Run, Tick
+
+MAX_NAME_BYTES = 64
+"""The longest kind name and unique key, in UTF-8 bytes (seed: "Sixty-four bytes at most")."""
+
+_SETTINGS = ("nilo_job", "retry", "final", "timeout_ms", "schedule", "overlap", "missed")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One parameter of `run` after `self`: what answers it, and for a dep, which attribute."""
+
+    name: str
+    source: Literal["tick", "run", "jobs", "dep"]
+    attr: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A job class as the queue uses it."""
+
+    cls: type
+    name: str
+    retry: Retry
+    final: tuple[type[BaseException], ...]
+    timeout_ms: int | None
+    params: tuple[Param, ...]
+    is_async: bool
+    codec: Codec
+
+    def is_final(self, error: BaseException) -> bool:
+        """Whether `error` kills the row at once, whatever retry says (seed: `final`)."""
+        return isinstance(error, self.final) and not isinstance(error, TimedOut)
+
+
+def read_deps(deps: object) -> dict[str, Any]:
+    """The annotated attributes of `deps` by name, with their types.
+
+    Raises:
+        Refusal: the annotations cannot be resolved, or an annotated attribute is not set.
+    """
+    if deps is None:
+        return {}
+    owner = type(deps).__name__
+    try:
+        hints = typing.get_type_hints(type(deps))
+    except Exception as error:
+        raise Refusal(
+            f"the annotations of deps ({owner}) cannot be resolved "
+            f"({type(error).__name__}: {error}): import the types its fields name"
+        ) from None
+    hints = {
+        name: hint for name, hint in hints.items() if typing.get_origin(hint) is not typing.ClassVar
+    }
+    for name in hints:
+        if not hasattr(deps, name):
+            raise Refusal(f"deps ({owner}) annotates {name} but has no value for it: set it")
+    return hints
+
+
+def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
+    """Read `cls` as a job class, answering its run parameters from `deps` (name → type).
+
+    Raises:
+        Refusal: anything the seed refuses; the message names the class, the field and the fix.
+    """
+    if not isinstance(cls, type):
+        raise Refusal(f"kinds=[...] holds {cls!r}, which is not a class: list the job classes")
+    name = cls.__name__
+    if not dataclasses.is_dataclass(cls) and not hasattr(cls, "__struct_fields__"):
+        raise Refusal(
+            f"{name} is not a dataclass: put @dataclass on it, so that its fields are the payload"
+        )
+    fields = (
+        {field.name for field in dataclasses.fields(cls)}
+        if dataclasses.is_dataclass(cls)
+        else set(getattr(cls, "__struct_fields__", ()))
+    )
+    for setting in _SETTINGS:
+        if setting in fields:
+            raise Refusal(
+                f"{name}.{setting} is a dataclass field, so it would be part of every payload: "
+                f"annotate it as ClassVar (`{setting}: ClassVar[...] = ...`) or leave it "
+                "unannotated"
+            )
+    kind_name = _read_name(cls)
+    retry = _read_retry(cls)
+    final = _read_final(cls, retry)
+    timeout_ms = _read_timeout(cls)
+    run = getattr(cls, "run", None)
+    if run is None or not callable(run):
+        raise Refusal(f"{name} has no run method: add `def run(self) -> None:` with the work")
+    if isinstance(inspect.getattr_static(cls, "run"), staticmethod | classmethod):
+        raise Refusal(f"{name}.run must be a plain method taking self (the payload), not static")
+    params = _read_params(cls, run, deps, jobs_type)
+    return Kind(
+        cls=cls,
+        name=kind_name,
+        retry=retry,
+        final=final,
+        timeout_ms=timeout_ms,
+        params=params,
+        is_async=inspect.iscoroutinefunction(run),
+        codec=Codec(cls),
+    )
+
+
+def check_unique_names(kinds: Sequence[Kind]) -> None:
+    """Refuse two kinds with one name, naming both classes."""
+    seen: dict[str, type] = {}
+    for kind in kinds:
+        other = seen.setdefault(kind.name, kind.cls)
+        if other is not kind.cls:
+            raise Refusal(
+                f"{other.__name__} and {kind.cls.__name__} both say nilo_job = {kind.name!r}: "
+                "a kind's name is what a row carries, so give each class its own"
+            )
+
+
+def _read_name(cls: type) -> str:
+    name = cls.__name__
+    value = getattr(cls, "nilo_job", None)
+    if value is None:
+        slug = "".join("-" + c.lower() if c.isupper() else c for c in name).lstrip("-")
+        raise Refusal(
+            f"{name} has no nilo_job name, which is what its rows carry: add "
+            f'`nilo_job = "{slug}"` to the class'
+        )
+    if not isinstance(value, str) or not value.strip():
+        raise Refusal(f'{name}.nilo_job must be a non-empty str, like nilo_job = "send-welcome"')
+    if len(value.encode()) > MAX_NAME_BYTES:
+        raise Refusal(
+            f"{name}.nilo_job is {len(value.encode())} bytes; a kind's name is at most "
+            f"{MAX_NAME_BYTES} bytes: shorten it"
+        )
+    return value
+
+
+def _read_retry(cls: type) -> Retry:
+    name = cls.__name__
+    value = getattr(cls, "retry", None)
+    if value is None:
+        raise Refusal(
+            f"{name} has no retry, and retry has no default: how many times a job is tried is a "
+            f"promise about it. Add `retry = job.Retry.NONE` or, e.g., `retry = job.Retry(times=5, "
+            "backoff=job.Exponential(from_ms=1_000, to_ms=3_600_000))`"
+        )
+    if not isinstance(value, Retry):
+        raise Refusal(
+            f"{name}.retry is {value!r}; write job.Retry.NONE or job.Retry(times=..., backoff=...)"
+        )
+    return value
+
+
+def _read_final(cls: type, retry: Retry) -> tuple[type[BaseException], ...]:
+    name = cls.__name__
+    value = getattr(cls, "final", None)
+    if value is None:
+        return ()
+    items = value if isinstance(value, tuple | list | frozenset | set) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, Exception)):
+            raise Refusal(
+                f"{name}.final holds {item!r}; final is a tuple of exception classes, like "
+                "final = (Rejected, NoSuchAddress)"
+            )
+        if issubclass(item, TimedOut):
+            raise Refusal(
+                f"{name}.final lists TimedOut, and a timeout is never final: the next attempt "
+                "may finish. Remove it from final"
+            )
+    if items and retry.times == 0:
+        raise Refusal(
+            f"{name}.final decides nothing on a kind whose retry is Retry.NONE (every failure is "
+            "final already): remove final, or give retry some times"
+        )
+    return tuple(items)
+
+
+def _read_timeout(cls: type) -> int | None:
+    value = getattr(cls, "timeout_ms", None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise Refusal(
+            f"{cls.__name__}.timeout_ms is {value!r}; it is a positive int of milliseconds, "
+            "like timeout_ms = 300_000"
+        )
+    return value
+
+
+def _read_params(
+    cls: type, run: Callable[..., object], deps: Mapping[str, Any], jobs_type: type
+) -> tuple[Param, ...]:
+    name = cls.__name__
+    try:
+        hints = typing.get_type_hints(run)
+    except Exception as error:
+        raise Refusal(
+            f"{name}.run's annotations cannot be resolved ({type(error).__name__}: {error}): "
+            "import every type its parameters name in the module that defines the class"
+        ) from None
+    params = list(inspect.signature(run).parameters.values())
+    if not params or params[0].kind not in (
+        params[0].POSITIONAL_ONLY,
+        params[0].POSITIONAL_OR_KEYWORD,
+    ):
+        raise Refusal(f"{name}.run must take self first: def run(self, ...)")
+    found: list[Param] = []
+    for param in params[1:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise Refusal(
+                f"{name}.run takes {'*' if param.kind is param.VAR_POSITIONAL else '**'}"
+                f"{param.name}; every parameter is answered by its type, so name each one"
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise Refusal(f"{name}.run's parameter {param.name} is positional-only: drop the /")
+        hint = hints.get(param.name)
+        if hint is None:
+            raise Refusal(
+                f"{name}.run's parameter {param.name} has no annotation, and a parameter is "
+                f"answered by its type: write {param.name}: job.Tick, job.Run, job.Jobs or a "
+                "type that deps has"
+            )
+        found.append(_answer(name, param.name, hint, deps, jobs_type))
+    return tuple(found)
+
+
+def _answer(name: str, param: str, hint: Any, deps: Mapping[str, Any], jobs_type: type) -> Param:
+    if hint is Tick:
+        return Param(param, "tick")
+    if hint is Run:
+        return Param(param, "run")
+    if isinstance(hint, type) and issubclass(hint, jobs_type):
+        return Param(param, "jobs")
+    if typing.get_origin(hint) is not None and Tick in typing.get_args(hint):
+        raise Refusal(
+            f"{name}.run asks for {param}: {_shown(hint)}; a tick is handed by value, always "
+            f"present: write {param}: job.Tick"
+        )
+    exact = [attr for attr, kind in deps.items() if kind == hint]
+    loose = [
+        attr
+        for attr, kind in deps.items()
+        if isinstance(kind, type) and isinstance(hint, type) and issubclass(kind, hint)
+    ]
+    for matches in (exact, loose):
+        if len(matches) == 1:
+            return Param(param, "dep", matches[0])
+        if len(matches) > 1:
+            if param in matches:
+                return Param(param, "dep", param)
+            raise Refusal(
+                f"{name}.run asks for {param}: {_shown(hint)}, and deps has {len(matches)} fields "
+                f"of that type ({', '.join(matches)}): name the parameter after one of them"
+            )
+    return _missing(name, param, hint)
+
+
+def _missing(name: str, param: str, hint: Any) -> Param:
+    raise Refusal(
+        f"{name}.run asks for {param}: {_shown(hint)}, and deps has no field of that type: add "
+        f"`{param}: {_shown(hint)}` to the deps class and pass the value to job.Jobs(deps=...). "
+        "A job runs outside any request, so a request object cannot be asked for"
+    )
+
+
+def _shown(hint: Any) -> str:
+    return hint.__qualname__ if isinstance(hint, type) else repr(hint).replace("typing.", "")

@@ -1,0 +1,696 @@
+"""`job.Jobs`: the queue. Push, cancel, stats, status, drain, serve: the worker loop and the clock.
+
+The queue holds every policy the seed describes and hands the store only values: the rows to write,
+the kinds it may claim, the clock reading, and the end of each run decided by `_policy`. The clock
+is read here and nowhere below: `drain_at(now_us)` replaces it for a whole drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
+from typing import Any, overload
+
+import msgspec
+
+from . import _policy
+from ._clock import datetime_to_us, now_us
+from ._errors import BadPayload, Refusal, TimedOut
+from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
+from ._spaces import Space
+from ._values import Dead, Run, State, Stats, Status, Tick
+from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying, Store
+
+log = logging.getLogger("nilo_job")
+
+_STATUS = msgspec.json.Encoder()
+_STATUS_DECODER = msgspec.json.Decoder(Status)
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise Refusal(f"job.Jobs({name}={value!r}) takes a positive int")
+    return value
+
+
+class Jobs:
+    """The queue: the jobs it can run, the store it runs on, and the services a run may ask for.
+
+    Args:
+        kinds: the job classes (dataclasses with `nilo_job`, `retry` and `run`).
+        store: `job.Table(...)` or `job.Memory(...)`.
+        deps: an object whose annotated attributes answer `run` parameters by type; optional
+            when no run asks for a service.
+        status: a Space (`job.MemorySpace`, `job.RedisSpace`) for `status` and `progress`.
+        workers: rows running at once in this process (default 4).
+        poll_ms: how long an idle worker waits before asking the store again when nothing
+            wakes it, in milliseconds (default 1,000).
+        timeout_ms: how long one run may take, in milliseconds, for a kind that names no
+            `timeout_ms` of its own (default 60,000).
+
+    The lease is the longest timeout across the kinds and the queue, plus one second (seed).
+
+    Raises:
+        Refusal: a kind or a setting cannot work; the message names the class, the field and
+            what to write.
+    """
+
+    def __init__(
+        self,
+        *,
+        kinds: Sequence[type],
+        store: Store,
+        deps: object = None,
+        status: Space | None = None,
+        workers: int = 4,
+        poll_ms: int = 1_000,
+        timeout_ms: int = 60_000,
+    ) -> None:
+        if isinstance(kinds, type) or not isinstance(kinds, Sequence) or not kinds:
+            raise Refusal("job.Jobs(kinds=[...]) takes a non-empty list of job classes")
+        if not isinstance(store, Store):
+            raise Refusal(
+                f"job.Jobs(store={store!r}): pass job.Table('sqlite:///app.db'), "
+                "job.Table('postgresql://…') or job.Memory(bytes=1 << 20)"
+            )
+        if status is not None and not isinstance(status, Space):
+            raise Refusal(
+                f"job.Jobs(status={status!r}): pass job.MemorySpace(ttl_s=600) or "
+                "job.RedisSpace(client, name=..., ttl_s=600)"
+            )
+        self.workers = _positive("workers", workers)
+        self.poll_ms = _positive("poll_ms", poll_ms)
+        self.timeout_ms = _positive("timeout_ms", timeout_ms)
+        self.store = store
+        self.deps = deps
+        self.space = status
+        deps_types = read_deps(deps)
+        read = [read_kind(cls, deps_types, Jobs) for cls in kinds]
+        check_unique_names(read)
+        self._kinds: dict[str, Kind] = {kind.name: kind for kind in read}
+        self._by_class: dict[type, Kind] = {kind.cls: kind for kind in read}
+        self._names = tuple(self._kinds)
+        self.lease_ms = max([self.timeout_ms, *(k.timeout_ms or 0 for k in read)]) + 1_000
+        self._clock: Callable[[], int] = now_us
+        # The serving loop, and what wakes it; set while serve() runs.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._serve_task: asyncio.Task[None] | None = None
+        # Rows this process holds, by id, until their execution (thread included) has ended.
+        self._busy: dict[int, asyncio.Future[None]] = {}
+        self._progress: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        """The kinds this queue runs, as read from their classes."""
+        return tuple(self._kinds.values())
+
+    # ----------------------------------------------------------------------------------- push
+
+    def _new_row(
+        self, value: object, after_ms: int | None, at: int | datetime | None, unique: str | None
+    ) -> tuple[Kind, NewRow]:
+        kind = self._by_class.get(type(value))
+        if kind is None:
+            known = ", ".join(cls.__name__ for cls in self._by_class)
+            raise Refusal(
+                f"{type(value).__name__} is not a kind of this queue ({known}): add it to "
+                "job.Jobs(kinds=[...])"
+            )
+        if after_ms is not None and at is not None:
+            raise Refusal("push takes after_ms or at, not both: one says when the row is due")
+        now = self._clock()
+        if after_ms is not None:
+            if isinstance(after_ms, bool) or not isinstance(after_ms, int) or after_ms < 0:
+                raise Refusal(f"after_ms={after_ms!r}: a whole number of milliseconds, 0 or more")
+            run_at = now + after_ms * 1_000
+        elif at is not None:
+            if isinstance(at, datetime):
+                run_at = datetime_to_us(at)
+            elif isinstance(at, bool) or not isinstance(at, int):
+                raise Refusal(f"at={at!r}: microseconds since the epoch (int) or an aware datetime")
+            else:
+                run_at = at
+        else:
+            run_at = now
+        if unique is not None:
+            if not isinstance(unique, str) or not unique:
+                raise Refusal(f"unique={unique!r}: a non-empty str key")
+            if len(unique.encode()) > MAX_NAME_BYTES:
+                raise Refusal(
+                    f"unique is {len(unique.encode())} bytes; a key is at most {MAX_NAME_BYTES}"
+                    " bytes: hash or shorten it"
+                )
+        return kind, NewRow(kind.name, kind.codec.encode(value), run_at, unique)
+
+    @overload
+    async def push(
+        self,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: None = None,
+        within: None = None,
+    ) -> int: ...
+
+    @overload
+    async def push(
+        self,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str,
+        within: Space | None = None,
+    ) -> int | None: ...
+
+    async def push(
+        self,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
+        within: Space | None = None,
+    ) -> int | None:
+        """Queue `value` (an instance of one of the kinds) and wake a worker of this process.
+
+        Args:
+            value: the payload; encoded to JSON now, so later changes to it are not seen.
+            after_ms: run no sooner than this many milliseconds from now.
+            at: run no sooner than this moment: microseconds since the epoch, or an aware
+                datetime. One of `after_ms` and `at`, not both.
+            unique: a key (at most 64 bytes) that at most one queued or running row of this
+                kind may carry; the answer is None when a row already carries it.
+            within: a Space put in front of `unique`: a second push of the key inside the
+                Space's time to live is answered None by the Space and never reaches the table.
+
+        Returns:
+            The new row's id, or None when `unique`/`within` found the key taken.
+
+        Raises:
+            Refusal: bad options or a payload that cannot round-trip; nothing is written.
+            QueueFull, PayloadTooLarge: the store has no room (Memory); nothing is written.
+        """
+        if within is not None and unique is None:
+            raise Refusal("push(within=...) needs unique=...: the window has to remember a key")
+        if within is not None and not isinstance(within, Space):
+            raise Refusal(f"within={within!r}: pass a job.MemorySpace or job.RedisSpace")
+        kind, row = self._new_row(value, after_ms, at, unique)
+        mark = f"within:{kind.name}:{unique}"
+        if within is not None and not await within.add(mark, b"1"):
+            return None
+        try:
+            (row_id,) = await self.store.push([row])
+        except BaseException:
+            if within is not None:
+                await within.delete(mark)
+            raise
+        if row_id is not None:
+            await self._put_status(row_id, State.QUEUED, 0)
+            self.wake()
+        return row_id
+
+    async def push_in(
+        self,
+        tx: object,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
+    ) -> int | None:
+        """Queue `value` through your own open transaction `tx`: the row exists once it commits.
+
+        The outbox pattern with no outbox (seed: "In a transaction"). A push_in cannot wake a
+        worker, because the row is not there until the commit: call `jobs.wake()` after it.
+
+        Args:
+            tx: a `sqlite3.Connection` with an open transaction on the store's database file; a
+                psycopg `Connection`/`AsyncConnection` in a transaction; a SQLAlchemy
+                `Session`/`AsyncSession`/`Connection`/`AsyncConnection`.
+            after_ms, at, unique: as for `push`. `within` is refused: a cache cannot roll back.
+
+        Returns:
+            The new row's id (visible to others after the commit), or None when `unique` found
+            the key taken.
+
+        Raises:
+            Refusal: `tx` is not one the store can write through (the message lists them), the
+                store is a `job.Memory`, or the options cannot go together.
+        """
+        _kind, row = self._new_row(value, after_ms, at, unique)
+        (row_id,) = await self.store.push_in(tx, [row])
+        return row_id
+
+    def wake(self) -> None:
+        """Wake an idle worker of this process now, instead of at its next poll.
+
+        Safe to call from any thread, and a no-op when `serve` is not running.
+        """
+        loop, wakeup = self._loop, self._wakeup
+        if loop is None or wakeup is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            wakeup.set()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
+            loop.call_soon_threadsafe(wakeup.set)
+
+    # ------------------------------------------------------------------------- reading rows
+
+    async def cancel(self, row_id: int) -> bool:
+        """Take back a queued row (including one waiting for a retry) before it runs.
+
+        One statement: a worker claiming in the same instant either got the row or did not.
+        The unique key goes with the row.
+
+        Returns:
+            True if the row was queued and is now gone; False once a worker holds it (the run
+            finishes), or if there is no such row.
+        """
+        gone = await self.store.cancel(row_id)
+        if gone and self.space is not None:
+            await self.space.delete(_status_key(row_id))
+        return gone
+
+    async def stats(self) -> Stats:
+        """How many rows in the table are `queued`, `running` and `dead`."""
+        return await self.store.stats()
+
+    async def dead_ones(self, limit: int = 1_000) -> list[Dead]:
+        """The rows that failed for the last time, newest first, at most `limit`.
+
+        Each keeps its error's class name; its payload is the stored JSON as plain values.
+        """
+        rows = await self.store.dead_ones(limit)
+        return [
+            Dead(
+                id=row.id,
+                kind=row.kind,
+                error=row.error,
+                attempts=row.attempts,
+                payload=_plain(row.payload),
+                died_at=row.died_at,
+            )
+            for row in rows
+        ]
+
+    async def retry_dead(self, row_id: int) -> bool:
+        """Queue a dead row again, due now, from its first attempt with the full retry budget.
+
+        Returns:
+            True if the row was dead; False if there is no dead row with that id.
+        """
+        again = await self.store.retry_dead(row_id, self._clock())
+        if again:
+            await self._put_status(row_id, State.QUEUED, 0)
+            self.wake()
+        return again
+
+    async def status(self, row_id: int) -> Status | None:
+        """What the status Space remembers of the row, or None once it has forgotten it (or
+        when the queue has no status Space). Rows pushed with `push_in` appear once claimed."""
+        if self.space is None:
+            return None
+        data = await self.space.get(_status_key(row_id))
+        return None if data is None else _STATUS_DECODER.decode(data)
+
+    async def progress(self, row_id: int, n: int) -> None:
+        """Record how far the run of `row_id` has got (the kind decides what `n` means).
+
+        It goes into the status Space beside the state and touches the table not at all; it
+        starts over with every attempt and is kept on done. A no-op without a status Space.
+        """
+        if self.space is None:
+            return
+        self._progress[row_id] = n
+        current = await self.status(row_id)
+        state, attempts = (
+            (State.RUNNING, 0) if current is None else (current.state, current.attempts)
+        )
+        await self._put_status(row_id, state, attempts, n)
+
+    async def _put_status(
+        self, row_id: int, state: State, attempts: int, progress: int | None = None
+    ) -> None:
+        if self.space is not None:
+            status = Status(state, attempts, progress)
+            await self.space.put(_status_key(row_id), _STATUS.encode(status))
+
+    async def ready(self) -> bool:
+        """False when the store cannot be reached, or when `serve` was started and its worker
+        loop is no longer alive; True otherwise (seed: `nilo_ready`)."""
+        try:
+            await self.store.ping()
+        except Exception:
+            return False
+        task = self._serve_task
+        return task is None or not task.done()
+
+    # ------------------------------------------------------------------------------ running
+
+    async def drain(self) -> int:
+        """Run everything due now, here, one row at a time; the clock is read once.
+
+        Returns:
+            How many runs were called (a row killed without running is not counted).
+        """
+        return await self.drain_at(self._clock())
+
+    async def drain_at(self, now_us: int) -> int:
+        """Run everything that would be due if it were `now_us` (microseconds since the epoch).
+
+        Every read of the clock inside a tick (whether a row is due, when a failed run is tried
+        again) reads `now_us`, so a test walks tomorrow, a backoff or a lease with a call rather
+        than a sleep. Rows pushed by the runs are run too when due at `now_us`.
+
+        Returns:
+            How many runs were called.
+        """
+        count = 0
+        while await self.run_one_at(now_us):
+            count += 1
+        return count
+
+    async def run_one(self) -> bool:
+        """Run one row that is due now; False when none is."""
+        return await self.run_one_at(self._clock())
+
+    async def run_one_at(self, now_us: int) -> bool:
+        """Run one row that would be due at `now_us`; False when none is.
+
+        A row whose payload no longer fits its class is killed as `BadPayload` without running
+        and the next due row is taken instead.
+        """
+        while True:
+            rows = await self.store.claim(self._names, now_us, now_us + self.lease_ms * 1_000, 1)
+            if not rows:
+                return False
+            if await self._execute(rows[0], lambda: now_us):
+                return True
+
+    async def _execute(self, row: Claimed, clock: Callable[[], int]) -> bool:
+        """Run one claimed row to its end and write the end. True if `run` was called."""
+        kind = self._kinds[row.kind]
+        try:
+            value = kind.codec.decode(row.payload)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            log.warning(
+                "%s row %d is dead: its payload no longer fits %s (%s)",
+                kind.name, row.id, kind.cls.__name__, error,
+                extra={"kind": kind.name, "row": row.id, "error": "BadPayload"},
+            )  # fmt: skip
+            end = Died(row.id, row.attempts, clock(), BadPayload.__name__, str(error))
+            await self._end(kind, row, end)
+            return False
+        # Two executions of one row never overlap in this process: a timed-out sync run whose
+        # thread is still going keeps the row busy until the thread returns.
+        while (previous := self._busy.get(row.id)) is not None:
+            await asyncio.shield(previous)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._busy[row.id] = done
+        try:
+            return await self._run(kind, row, value, clock, done)
+        finally:
+            if not done.done():
+                done.set_result(None)
+            if self._busy.get(row.id) is done:
+                del self._busy[row.id]
+
+    async def _run(
+        self,
+        kind: Kind,
+        row: Claimed,
+        value: object,
+        clock: Callable[[], int],
+        done: asyncio.Future[None],
+    ) -> bool:
+        started = clock()
+        tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
+        self._progress.pop(row.id, None)
+        await self._put_status(row.id, State.RUNNING, row.attempts)
+        kwargs: dict[str, Any] = {}
+        for param in kind.params:
+            if param.source == "tick":
+                kwargs[param.name] = tick
+            elif param.source == "run":
+                bound = logging.LoggerAdapter(log, {"kind": kind.name, "row": row.id})
+                kwargs[param.name] = Run(now_us=started, tick=tick, log=bound)
+            elif param.source == "jobs":
+                kwargs[param.name] = self
+            else:
+                kwargs[param.name] = getattr(self.deps, param.attr)
+        timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
+        error: BaseException | None = None
+        try:
+            if kind.is_async:
+                await _call_async(kind, value, kwargs, timeout_s)
+            else:
+                await _call_in_thread(kind, value, kwargs, timeout_s, done)
+        except asyncio.CancelledError:
+            # The worker is shutting down past its grace: give the row back unrun.
+            await asyncio.shield(self._end(kind, row, Released(row.id, row.attempts, clock())))
+            raise
+        except Exception as failure:
+            error = failure
+        await asyncio.shield(self._end(kind, row, _policy.decide(kind, row, error, clock())))
+        if not kind.is_async:
+            # A timed-out thread still running: the row stays busy in this process until it ends.
+            await asyncio.shield(done)
+        return True
+
+    async def _end(self, kind: Kind, row: Claimed, end: End) -> None:
+        (applied,) = await self.store.finish([end])
+        fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
+        if not applied:
+            log.warning(
+                "%s row %d: the lease ran out and another worker took the row; this attempt's "
+                "end was not written",
+                kind.name, row.id, extra=fields,
+            )  # fmt: skip
+            return
+        progress = self._progress.pop(row.id, None)
+        if isinstance(end, Done):
+            await self._put_status(row.id, State.DONE, row.attempts, progress)
+        elif isinstance(end, Retrying):
+            wait_ms = kind.retry.wait_ms(row.attempts)
+            log.warning(
+                "%s row %d failed with %s on attempt %d; retrying in %.1f s",
+                kind.name, row.id, end.error, row.attempts, wait_ms / 1_000,
+                extra={**fields, "error": end.error, "wait_ms": wait_ms},
+            )  # fmt: skip
+            await self._put_status(row.id, State.QUEUED, row.attempts)
+        elif isinstance(end, Died):
+            log.warning(
+                "%s row %d failed with %s on attempt %d and is dead",
+                kind.name, row.id, end.error, row.attempts,
+                extra={**fields, "error": end.error},
+            )  # fmt: skip
+            await self._put_status(row.id, State.DEAD, row.attempts, progress)
+        else:
+            await self._put_status(row.id, State.QUEUED, row.attempts - 1)
+
+    # -------------------------------------------------------------------------------- serve
+
+    async def serve(self, *, grace_ms: int = 30_000) -> None:
+        """Run `workers` rows at once until cancelled: the worker loop (seed: `Jobs.serve`).
+
+        It claims as many rows as it has free workers in one call, sleeps `poll_ms` when there
+        is nothing due, and wakes at once on a push from this process. A claim that cannot
+        reach the store is logged as an error and asked again after `poll_ms`.
+
+        When cancelled it stops claiming, lets running rows finish for up to `grace_ms`
+        milliseconds, then cancels them and gives their rows back as queued, unrun; then the
+        CancelledError propagates.
+
+        Raises:
+            StoreUnavailable: at start, the table is missing or not nilo-job's.
+            Refusal: serve is already running on this queue.
+        """
+        if self._serve_task is not None and not self._serve_task.done():
+            raise Refusal("this job.Jobs is already serving: call serve() once per queue")
+        await self.store.open()
+        await self.store.check()
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._serve_task = asyncio.current_task()
+        running: set[asyncio.Task[bool]] = set()
+        log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
+        try:
+            await self._claim_loop(running)
+        finally:
+            await self._stop(running, grace_ms)
+            self._loop = self._wakeup = None
+
+    async def _claim_loop(self, running: set[asyncio.Task[bool]]) -> None:
+        assert self._wakeup is not None
+        wakeup = self._wakeup
+        poll_s = self.poll_ms / 1_000
+        while True:
+            free = self.workers - len(running)
+            if free <= 0:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            wakeup.clear()
+            now = self._clock()
+            try:
+                rows = await self._claim_shielded(now, free)
+            except Exception as error:
+                log.error(
+                    "claim failed with %s: %s; asking again in %.1f s",
+                    type(error).__name__, error, poll_s,
+                    extra={"error": type(error).__name__},
+                )  # fmt: skip
+                await asyncio.sleep(poll_s)
+                continue
+            for row in rows:
+                task = asyncio.create_task(self._execute(row, self._clock))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if len(rows) < free:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), poll_s)
+
+    async def _claim_shielded(self, now: int, limit: int) -> list[Claimed]:
+        """A claim that, when serve is cancelled mid-claim, gives the rows it took back.
+
+        The store may finish the claim in its own thread after the cancel arrives; without this
+        those rows would sit as running until their lease ran out.
+        """
+        claim = asyncio.ensure_future(
+            self.store.claim(self._names, now, now + self.lease_ms * 1_000, limit)
+        )
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                rows = await claim
+                await self.store.finish([Released(r.id, r.attempts, r.run_at) for r in rows])
+            raise
+
+    async def _stop(self, running: set[asyncio.Task[bool]], grace_ms: int) -> None:
+        """Let running rows finish for `grace_ms`, then cancel them (their rows are released).
+
+        A second cancel during the grace period ends it at once.
+        """
+        if not running:
+            return
+        log.info("stopping: %d rows still running, waiting up to %d ms", len(running), grace_ms)
+        tasks = set(running)
+        interrupted = False
+        try:
+            _done, pending = await asyncio.wait(tasks, timeout=grace_ms / 1_000)
+        except asyncio.CancelledError:
+            interrupted, pending = True, {task for task in tasks if not task.done()}
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning(
+                "cancelled %d runs past the grace period; their rows are queued again", len(pending)
+            )
+            await asyncio.wait(pending)
+        if interrupted:
+            raise asyncio.CancelledError
+
+    @contextlib.asynccontextmanager
+    async def serving(self, *, grace_ms: int = 30_000) -> AsyncIterator[Jobs]:
+        """`serve` in the background for the body of an `async with`, for an ASGI lifespan.
+
+        Leaving the block cancels it and waits for its shutdown (`grace_ms` as for `serve`).
+        """
+        # A store that cannot be reached, or a missing table, is raised here rather than lost
+        # in the background task.
+        await self.store.open()
+        await self.store.check()
+        task = asyncio.create_task(self.serve(grace_ms=grace_ms))
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _status_key(row_id: int) -> str:
+    return f"nilo_job:status:{row_id}"
+
+
+def _plain(payload: bytes) -> Any:
+    try:
+        return msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return payload.decode(errors="replace")
+
+
+async def _call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_s: float) -> None:
+    coro = kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
+    try:
+        async with asyncio.timeout(timeout_s) as scope:
+            await coro
+    except TimeoutError:
+        if scope.expired():
+            raise TimedOut(
+                f"{kind.name} ran longer than {timeout_s:g} s and was cancelled"
+            ) from None
+        raise
+
+
+async def _call_in_thread(
+    kind: Kind,
+    value: object,
+    kwargs: dict[str, Any],
+    timeout_s: float,
+    done: asyncio.Future[None],
+) -> None:
+    """Run a sync `run` in a daemon thread of its own so the event loop never blocks.
+
+    `done` resolves when the thread returns, whatever happened to the waiting: Python cannot
+    stop a thread, so a timed-out run keeps going until it returns, and its row stays busy in
+    this process until then (see `_execute`).
+    """
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not outcome.done():
+            if error is None:
+                outcome.set_result(None)
+            else:
+                outcome.set_exception(error)
+        if not done.done():
+            done.set_result(None)
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
+        except BaseException as failure:  # handed to the loop, which decides
+            error = failure
+        with contextlib.suppress(RuntimeError):  # the loop closed while the thread ran
+            loop.call_soon_threadsafe(settle, error)
+
+    started = time.monotonic()
+    threading.Thread(target=work, name=f"nilo-job {kind.name}", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(outcome), timeout_s)
+    except TimeoutError:
+        if outcome.done():
+            raise
+        raise TimedOut(
+            f"{kind.name} ran longer than {timeout_s:g} s; its thread cannot be stopped and "
+            f"was left to finish ({time.monotonic() - started:.1f} s so far)"
+        ) from None

@@ -1,0 +1,192 @@
+"""The store contract: what the queue asks of a place that keeps rows, and nothing more.
+
+A store only stores. Every decision (is this a retry or dead, when is the next attempt, what is the
+lease) is made by the queue above it and handed down as a value; a store applies it in one
+statement (or one transaction) and answers. The seed's "nine methods" are the nine async calls
+below that touch rows; `open`/`close`/`ping` are its lifecycle. A third store is this Protocol and
+the contract tests in `tests/test_contract.py` run against it.
+
+Times are microseconds since the epoch, always handed in by the caller: a store never reads the
+clock. Payloads are the JSON bytes the queue encoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .._values import Stats
+
+__all__ = [
+    "Claimed",
+    "DeadRow",
+    "Died",
+    "Done",
+    "End",
+    "NewRow",
+    "Released",
+    "Retrying",
+    "Store",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A row to insert as `queued`: its kind, JSON payload, when it is due (µs) and its unique key.
+
+    A row with a `unique_key` is inserted only when no queued or running row of the same kind holds
+    that key; the store's unique index over ``(kind, unique_key)`` gives the verdict.
+    """
+
+    kind: str
+    payload: bytes
+    run_at: int
+    unique_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A row a claim took: `attempts` already counts this claim (1 the first time)."""
+
+    id: int
+    kind: str
+    payload: bytes
+    attempts: int
+    run_at: int
+    unique_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The run of claim (`id`, `attempts`) finished: the row goes, and its unique key with it."""
+
+    id: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """The run of claim (`id`, `attempts`) failed and will be tried again at `run_at` (µs).
+
+    The row goes back to `queued` and keeps its unique key; `error` is the exception's class name
+    and `detail` its message, for operators.
+    """
+
+    id: int
+    attempts: int
+    run_at: int
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Died:
+    """The run of claim (`id`, `attempts`) failed for the last time at `died_at` (µs).
+
+    The row stays as `dead` with its error's name; its unique key is set to NULL.
+    """
+
+    id: int
+    attempts: int
+    died_at: int
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Claim (`id`, `attempts`) is given back unrun (a worker shutting down): `queued` again, due
+    at `run_at` (µs), with the claim's attempt uncounted."""
+
+    id: int
+    attempts: int
+    run_at: int
+
+
+End = Done | Retrying | Died | Released
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRow:
+    """A dead row as stored: the payload is still the JSON bytes."""
+
+    id: int
+    kind: str
+    error: str
+    attempts: int
+    payload: bytes
+    died_at: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store (Memory, SQLite, PostgreSQL) does. All methods are coroutines.
+
+    The claim is the heart of it: one atomic step that turns due rows into running rows under a
+    lease, so that two workers never both take a row while its lease holds.
+    """
+
+    async def open(self) -> None:
+        """Connect, if the store needs to. Idempotent; every other method opens on first use."""
+
+    async def close(self) -> None:
+        """Release connections and threads. The store can be opened again."""
+
+    async def ping(self) -> None:
+        """Answer when the store can be reached.
+
+        Raises:
+            StoreUnavailable: it cannot.
+        """
+
+    async def create_missing(self) -> None:
+        """Create the `nilo_jobs` table and its indexes where they are missing."""
+
+    async def check(self) -> None:
+        """Answer when the table exists with the columns this version writes.
+
+        Raises:
+            StoreUnavailable: the table is missing or is not nilo-job's, with a sentence saying so.
+        """
+
+    async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        """Insert `rows` in one transaction; each answer is the new id, or None where a queued or
+        running row of the same kind already holds the unique key.
+
+        Raises:
+            QueueFull, PayloadTooLarge: (Memory) nothing of the call is written.
+        """
+
+    async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        """`push` through the caller's own open transaction `tx`; the rows exist once it commits.
+
+        Raises:
+            Refusal: this store cannot write through `tx` (the message lists what it accepts).
+        """
+
+    async def claim(
+        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+    ) -> list[Claimed]:
+        """Take up to `limit` rows of `kinds`, in `run_at` order: queued rows due at `now_us`, and
+        running rows whose lease ran out by `now_us`. Each becomes `running` until
+        `lease_until_us` with `attempts` one higher. Rows of other kinds are never touched."""
+
+    async def finish(self, ends: Sequence[End]) -> list[bool]:
+        """Apply each end to its row, if the row is still `running` under that claim's `attempts`.
+
+        Answers, per end, whether it applied: False means the lease was lost to another worker.
+        """
+
+    async def cancel(self, row_id: int) -> bool:
+        """Delete the row if it is `queued` (including a retry's wait); True if it was."""
+
+    async def stats(self) -> Stats:
+        """Count the rows by state."""
+
+    async def dead_ones(self, limit: int) -> list[DeadRow]:
+        """The dead rows, newest first (by `died_at`, then id), at most `limit`."""
+
+    async def retry_dead(self, row_id: int, now_us: int) -> bool:
+        """Queue a dead row again, due at `now_us`, from attempt one with no error; True if it was
+        dead."""

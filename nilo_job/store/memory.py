@@ -1,0 +1,202 @@
+"""`job.Memory`: the store contract in this process, for tests and for queues that may be lost.
+
+It keeps exactly the promises the SQL stores keep (the unique key, the lease, the claim order,
+dead rows kept), so a test on Memory tests the program. It is a queue and not a cache: full is
+`QueueFull`, never an eviction (seed: "The store").
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._errors import PayloadTooLarge, QueueFull, Refusal
+from .._values import Stats
+from .contract import Claimed, DeadRow, Died, Done, End, NewRow, Released, Retrying
+
+
+@dataclass(slots=True)
+class _Row:
+    id: int
+    kind: str
+    payload: bytes
+    state: str
+    run_at: int
+    attempts: int = 0
+    lease_until: int = 0
+    unique_key: str | None = None
+    error: str | None = None
+    detail: str | None = None
+    died_at: int | None = None
+
+
+class Memory:
+    """Rows in a dict of this process, bounded by `bytes` of payload.
+
+    Args:
+        bytes: the most payload bytes the queue holds at once (queued, running and dead rows).
+        max_payload: the largest payload, in bytes, one row may carry (seed: 4 KiB).
+
+    Raises:
+        Refusal: a bound is not a positive int.
+    """
+
+    def __init__(self, *, bytes: int = 1 << 20, max_payload: int = 4096) -> None:
+        for name, value in (("bytes", bytes), ("max_payload", max_payload)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise Refusal(f"job.Memory({name}={value!r}) takes a positive number of bytes")
+        self.capacity = bytes
+        self.max_payload = max_payload
+        self._rows: dict[int, _Row] = {}
+        self._unique: dict[tuple[str, str], int] = {}
+        self._used = 0
+        self._last_id = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"job.Memory(bytes={self.capacity}, max_payload={self.max_payload})"
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def create_missing(self) -> None:
+        return None
+
+    async def check(self) -> None:
+        return None
+
+    async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        with self._lock:
+            for row in rows:
+                if len(row.payload) > self.max_payload:
+                    raise PayloadTooLarge(
+                        f"a {row.kind} payload of {len(row.payload)} bytes is over this "
+                        f"job.Memory's max_payload of {self.max_payload}; nothing was pushed"
+                    )
+            need = sum(len(row.payload) for row in rows)
+            if self._used + need > self.capacity:
+                raise QueueFull(
+                    f"job.Memory holds {self._used} of its {self.capacity} bytes and "
+                    f"{need} more do not fit; nothing was pushed"
+                )
+            answers: list[int | None] = []
+            for row in rows:
+                if row.unique_key is not None and (row.kind, row.unique_key) in self._unique:
+                    answers.append(None)
+                    continue
+                self._last_id += 1
+                self._rows[self._last_id] = _Row(
+                    self._last_id, row.kind, row.payload, "queued", row.run_at,
+                    unique_key=row.unique_key,
+                )  # fmt: skip
+                if row.unique_key is not None:
+                    self._unique[(row.kind, row.unique_key)] = self._last_id
+                self._used += len(row.payload)
+                answers.append(self._last_id)
+            return answers
+
+    async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        raise Refusal(
+            "push_in writes through your database transaction, and job.Memory has none to "
+            "commit with: use push, or a job.Table store"
+        )
+
+    async def claim(
+        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+    ) -> list[Claimed]:
+        wanted = set(kinds)
+        with self._lock:
+            due = heapq.nsmallest(
+                limit,
+                (
+                    row
+                    for row in self._rows.values()
+                    if row.kind in wanted
+                    and (
+                        (row.state == "queued" and row.run_at <= now_us)
+                        or (row.state == "running" and row.lease_until <= now_us)
+                    )
+                ),
+                key=lambda row: (row.run_at, row.id),
+            )
+            for row in due:
+                row.state = "running"
+                row.lease_until = lease_until_us
+                row.attempts += 1
+            return [
+                Claimed(row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key)
+                for row in due
+            ]
+
+    def _drop(self, row: _Row) -> None:
+        del self._rows[row.id]
+        self._used -= len(row.payload)
+        self._free_key(row)
+
+    def _free_key(self, row: _Row) -> None:
+        if row.unique_key is not None:
+            self._unique.pop((row.kind, row.unique_key), None)
+            row.unique_key = None
+
+    async def finish(self, ends: Sequence[End]) -> list[bool]:
+        answers = []
+        with self._lock:
+            for end in ends:
+                row = self._rows.get(end.id)
+                if row is None or row.state != "running" or row.attempts != end.attempts:
+                    answers.append(False)
+                    continue
+                if isinstance(end, Done):
+                    self._drop(row)
+                elif isinstance(end, Retrying):
+                    row.state, row.run_at = "queued", end.run_at
+                    row.error, row.detail = end.error, end.detail
+                elif isinstance(end, Died):
+                    row.state, row.died_at = "dead", end.died_at
+                    row.error, row.detail = end.error, end.detail
+                    self._free_key(row)
+                elif isinstance(end, Released):
+                    row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
+                answers.append(True)
+        return answers
+
+    async def cancel(self, row_id: int) -> bool:
+        with self._lock:
+            row = self._rows.get(row_id)
+            if row is None or row.state != "queued":
+                return False
+            self._drop(row)
+            return True
+
+    async def stats(self) -> Stats:
+        counts = {"queued": 0, "running": 0, "dead": 0}
+        with self._lock:
+            for row in self._rows.values():
+                counts[row.state] += 1
+        return Stats(counts["queued"], counts["running"], counts["dead"])
+
+    async def dead_ones(self, limit: int) -> list[DeadRow]:
+        with self._lock:
+            dead = [row for row in self._rows.values() if row.state == "dead"]
+        dead.sort(key=lambda row: (row.died_at or 0, row.id), reverse=True)
+        return [
+            DeadRow(row.id, row.kind, row.error or "", row.attempts, row.payload, row.died_at or 0)
+            for row in dead[:limit]
+        ]
+
+    async def retry_dead(self, row_id: int, now_us: int) -> bool:
+        with self._lock:
+            row = self._rows.get(row_id)
+            if row is None or row.state != "dead":
+                return False
+            row.state, row.run_at, row.attempts = "queued", now_us, 0
+            row.error = row.detail = row.died_at = None
+            return True

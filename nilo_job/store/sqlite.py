@@ -1,0 +1,315 @@
+"""The SQLite store: `job.Table("sqlite:///path")`, the queue in a file beside your own tables.
+
+One connection in one thread of the store's own, so the event loop never waits on the file. The
+database is in WAL mode with a busy timeout; every write is a `BEGIN IMMEDIATE` transaction, so a
+writer waits for the lock up front instead of failing half-way, and a claim is one
+`UPDATE … RETURNING` that can take several rows. Several processes may share one file: the write
+lock serialises their claims, and a lost race is a wait, never a "database is locked" for you.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from .._errors import Refusal, StoreUnavailable
+from .._values import Stats
+from . import _sql
+from .contract import Claimed, DeadRow, Died, Done, End, NewRow, Released, Retrying
+
+T = TypeVar("T")
+
+SQL = _sql.load("sqlite.sql")
+COLUMNS = frozenset(
+    {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
+     "detail", "died_at"}
+)  # fmt: skip
+_MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING and ON CONFLICT DO NOTHING RETURNING
+_BUSY_TOTAL_S = 60.0  # how long a write keeps waiting for a busy file before it is an error
+
+ACCEPTED_TX = (
+    "a sqlite3.Connection to the same database file, inside a transaction "
+    "(a PostgreSQL table also accepts psycopg and SQLAlchemy connections and sessions)"
+)
+
+
+def path_from_url(url: str) -> str:
+    """The file of a `sqlite:///relative.db`, `sqlite:////absolute.db` or `sqlite:///:memory:`.
+
+    Raises:
+        Refusal: the URL has no path.
+    """
+    rest = url.removeprefix("sqlite://")
+    if not rest.startswith("/") or rest == "/":
+        raise Refusal(
+            f"job.Table({url!r}): write sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    return rest[1:].split("?", 1)[0]
+
+
+class SqliteTable:
+    """The `nilo_jobs` table in a SQLite file.
+
+    Args:
+        path: the database file (created if missing), or ":memory:" for one connection's
+            private database.
+        busy_timeout_ms: how long a statement waits for another process's write lock.
+        synchronous: SQLite's `synchronous` pragma: "FULL" (the default) makes a committed push
+            survive a power cut; "NORMAL" is faster in WAL mode and survives a crash of the
+            process but may lose the last commits on a power cut.
+
+    Raises:
+        Refusal: the SQLite library is older than 3.35, or a setting is out of range.
+    """
+
+    def __init__(
+        self, path: str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FULL"
+    ) -> None:
+        if sqlite3.sqlite_version_info < _MIN_VERSION:
+            raise Refusal(
+                f"SQLite {sqlite3.sqlite_version} is too old for job.Table: it needs 3.35 or "
+                "newer (UPDATE … RETURNING)"
+            )
+        if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
+            raise Refusal(f"synchronous={synchronous!r}: FULL, NORMAL or EXTRA")
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self.synchronous = synchronous.upper()
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    def __repr__(self) -> str:
+        return f"job.Table('sqlite:///{self.path}')"
+
+    @property
+    def ddl(self) -> str:
+        """The statements that create the table and its indexes, as text."""
+        return SQL["create"]
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="nilo-job-sqlite")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._with_conn, fn)
+
+    def _with_conn(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        try:
+            return fn(self._conn)
+        except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+                raise
+            raise StoreUnavailable(f"SQLite at {self.path}: {error}") from error
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout_ms / 1_000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.path != ":memory:":
+                self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"cannot open SQLite database {self.path}: {error}") from error
+        return conn
+
+    @staticmethod
+    def _retry_busy(fn: Callable[[], T]) -> T:
+        """`fn`, again after a short pause while SQLite says the file is busy or locked."""
+        deadline = time.monotonic() + _BUSY_TOTAL_S
+        pause = 0.001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as error:
+                text = str(error)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+
+    def _write(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` inside `BEGIN IMMEDIATE … COMMIT`, rolled back on any error."""
+
+        def attempt() -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return self._retry_busy(attempt)
+
+    async def open(self) -> None:
+        await self._call(lambda conn: None)
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(executor, self._close_conn)
+        executor.shutdown(wait=True)
+
+    def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def ping(self) -> None:
+        await self._call(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    async def create_missing(self) -> None:
+        """Create `nilo_jobs` and its indexes where missing (idempotent, safe to race)."""
+        await self._call(lambda conn: self._write(conn, lambda c: _script(c, SQL["create"])))
+
+    async def check(self) -> None:
+        columns = await self._call(lambda conn: {r[0] for r in conn.execute(SQL["columns"])})
+        _check_columns(self.path, columns)
+
+    # ---------------------------------------------------------------------------------- rows
+
+    async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        return await self._call(lambda conn: self._write(conn, lambda c: _insert(c, rows)))
+
+    async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        if not isinstance(tx, sqlite3.Connection):
+            raise Refusal(
+                f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"
+            )
+        if not tx.in_transaction and (
+            tx.isolation_level is None or getattr(tx, "autocommit", False) is True
+        ):
+            raise Refusal(
+                "push_in got a sqlite3.Connection with no open transaction, so the row would "
+                "commit on its own: run BEGIN first (or keep the default isolation_level)"
+            )
+        files = {row[1]: row[2] for row in tx.execute("PRAGMA database_list")}
+        theirs = files.get("main") or ":memory:"
+        if not _same_file(theirs, self.path):
+            raise Refusal(
+                f"push_in got a connection to {theirs!r}, and this queue's table is in "
+                f"{self.path!r}: a transaction commits in one database only"
+            )
+        try:
+            return _insert(tx, rows)
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                raise StoreUnavailable(
+                    f"there is no nilo_jobs table in {self.path}: call await "
+                    "table.create_missing() first"
+                ) from error
+            raise
+
+    async def claim(
+        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+    ) -> list[Claimed]:
+        params = {
+            "now": now_us,
+            "lease_until": lease_until_us,
+            "limit": limit,
+            "kinds": json.dumps(list(kinds)),
+        }
+
+        def claim(conn: sqlite3.Connection) -> list[Claimed]:
+            rows = conn.execute(SQL["claim"], params).fetchall()
+            return [Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in rows]
+
+        claimed = await self._call(lambda conn: self._write(conn, claim))
+        claimed.sort(key=lambda row: (row.run_at, row.id))
+        return claimed
+
+    async def finish(self, ends: Sequence[End]) -> list[bool]:
+        def apply(conn: sqlite3.Connection) -> list[bool]:
+            return [conn.execute(*_end_statement(end)).rowcount == 1 for end in ends]
+
+        return await self._call(lambda conn: self._write(conn, apply))
+
+    async def cancel(self, row_id: int) -> bool:
+        return await self._call(
+            lambda conn: self._write(
+                conn, lambda c: c.execute(SQL["cancel"], (row_id,)).rowcount == 1
+            )
+        )
+
+    async def stats(self) -> Stats:
+        row = await self._call(lambda conn: conn.execute(SQL["stats"]).fetchone())
+        return Stats(row[0], row[1], row[2])
+
+    async def dead_ones(self, limit: int) -> list[DeadRow]:
+        rows = await self._call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
+        return [DeadRow(r[0], r[1], r[2] or "", r[3], r[4].encode(), r[5] or 0) for r in rows]
+
+    async def retry_dead(self, row_id: int, now_us: int) -> bool:
+        return await self._call(
+            lambda conn: self._write(
+                conn, lambda c: c.execute(SQL["retry_dead"], (now_us, row_id)).rowcount == 1
+            )
+        )
+
+
+def _script(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None]:
+    answers: list[int | None] = []
+    for row in rows:
+        found = conn.execute(
+            SQL["push"], (row.kind, row.payload.decode(), row.run_at, row.unique_key)
+        ).fetchone()
+        answers.append(None if found is None else found[0])
+    return answers
+
+
+def _end_statement(end: End) -> tuple[str, tuple[object, ...]]:
+    if isinstance(end, Done):
+        return SQL["done"], (end.id, end.attempts)
+    if isinstance(end, Retrying):
+        return SQL["retrying"], (end.run_at, end.error, end.detail, end.id, end.attempts)
+    if isinstance(end, Died):
+        return SQL["died"], (end.died_at, end.error, end.detail, end.id, end.attempts)
+    if isinstance(end, Released):
+        return SQL["released"], (end.run_at, end.id, end.attempts)
+    raise TypeError(f"not an end: {end!r}")
+
+
+def _same_file(a: str, b: str) -> bool:
+    if a in ("", ":memory:") or b in ("", ":memory:"):
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_columns(where: str, columns: set[str]) -> None:
+    if not columns:
+        raise StoreUnavailable(
+            f"there is no nilo_jobs table in {where}: call await table.create_missing() "
+            "(or run `nilo-job migrate`) before serving"
+        )
+    if missing := COLUMNS - columns:
+        raise StoreUnavailable(
+            f"the nilo_jobs table in {where} is not nilo-job's, or is from another version: "
+            f"it lacks {', '.join(sorted(missing))}"
+        )

@@ -1,0 +1,66 @@
+"""Kinds run by real worker processes in test_procs.py (`nilo-job worker procs_kinds:jobs`).
+
+The database file and the output folder come from the environment, so the test and its worker
+processes share them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import nilo_job as job
+
+DB = os.environ.get("NILO_TEST_DB", ":memory:")
+OUT = Path(os.environ.get("NILO_TEST_OUT", "."))
+
+
+@dataclass
+class Record:
+    """Appends its number and attempt to a file of this process's own."""
+
+    nilo_job = "record"
+    retry = job.Retry(times=2)
+
+    n: int
+
+    async def run(self, tick: job.Tick) -> None:
+        with (OUT / f"runs-{os.getpid()}.log").open("a") as out:
+            out.write(f"{self.n} {tick.id} {tick.attempts}\n")
+
+
+@dataclass
+class Hang:
+    """Says it started, then hangs in a worker process (NILO_TEST_HANG=1); returns elsewhere."""
+
+    nilo_job = "hang"
+    retry = job.Retry(times=3)
+    timeout_ms = 5_000
+
+    n: int
+
+    async def run(self, tick: job.Tick) -> None:
+        (OUT / f"started-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
+        if os.environ.get("NILO_TEST_HANG") == "1":
+            await asyncio.sleep(3_600)
+        (OUT / f"finished-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
+
+
+@dataclass
+class Brief:
+    """Takes a little while in a worker process, so a SIGTERM lands while it runs."""
+
+    nilo_job = "brief"
+    retry = job.Retry.NONE
+
+    n: int
+
+    async def run(self, tick: job.Tick) -> None:
+        (OUT / f"started-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
+        await asyncio.sleep(0.5)
+        (OUT / f"finished-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
+
+
+jobs = job.Jobs(kinds=[Record, Hang, Brief], store=job.Table(f"sqlite:///{DB}"), poll_ms=50)

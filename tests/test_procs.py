@@ -1,0 +1,174 @@
+"""Real worker processes on one SQLite file: concurrency, a killed worker, a graceful stop.
+
+These start `nilo-job worker` as child processes, because several processes, a SIGKILL and a
+SIGTERM are the point. Every wait is for an event (a file appearing, a count reaching zero) and
+bounded in time; the clock of the lease is moved with `drain_at`, never slept through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+import nilo_job as job
+
+HERE = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.procs
+
+
+@pytest.fixture
+def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A database file and an output folder shared by this test and its worker processes."""
+    env = {"NILO_TEST_DB": str(tmp_path / "q.db"), "NILO_TEST_OUT": str(tmp_path)}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+async def queue(shared: dict[str, str]) -> AsyncIterator[job.Jobs]:
+    """The same queue the workers serve (procs_kinds.jobs), opened in this process."""
+    sys.modules.pop("procs_kinds", None)
+    sys.path.insert(0, str(HERE))
+    try:
+        import procs_kinds
+    finally:
+        sys.path.remove(str(HERE))
+    await procs_kinds.jobs.store.create_missing()
+    yield procs_kinds.jobs
+    await procs_kinds.jobs.store.close()
+    sys.modules.pop("procs_kinds", None)
+
+
+def start_worker(shared: dict[str, str], *args: str, hang: bool = False) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **shared, "NILO_TEST_HANG": "1" if hang else "0"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", *args],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+async def until(what: str, check: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Wait for `check()` to hold, looking every 20 ms, for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {seconds} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def until_settled(queue: job.Jobs, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while (await queue.stats())[:2] != (0, 0):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not settled after {seconds} s: {await queue.stats()}")
+        await asyncio.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    return proc.returncode, out.decode()
+
+
+async def test_two_worker_processes_run_each_of_500_rows_exactly_once(
+    shared: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    workers = [start_worker(shared, "--workers", "4") for _ in range(2)]
+    try:
+        for n in range(500):
+            await queue.push(procs_kinds.Record(n=n))
+        await until_settled(queue)
+    finally:
+        results = [stop(proc) for proc in workers]
+    runs = Counter[int]()
+    by_process = Counter[str]()
+    for log in tmp_path.glob("runs-*.log"):
+        for line in log.read_text().splitlines():
+            n, _id, attempts = line.split()
+            runs[int(n)] += 1
+            by_process[log.name] += 1
+            assert attempts == "1"
+    assert sorted(runs) == list(range(500))
+    assert set(runs.values()) == {1}
+    assert await queue.stats() == (0, 0, 0)
+    for code, output in results:
+        assert code == 0, output
+        assert "locked" not in output, output
+        assert "Traceback" not in output, output
+    # Both processes took part (the claim is shared, not owned by one of them).
+    assert len(by_process) == 2, by_process
+
+
+async def test_a_killed_worker_leaves_a_row_that_runs_again_after_its_lease(
+    shared: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    row = await queue.push(procs_kinds.Hang(n=1))
+    pushed = job.now_us()
+    proc = start_worker(shared, hang=True)
+    try:
+        await until("the run to start", lambda: (tmp_path / f"started-{row}-1").exists())
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert await queue.stats() == (0, 1, 0)
+    claimed_by = job.now_us()
+    # Before the lease has passed nobody may take it; once it has, the next claim does.
+    assert await queue.drain_at(pushed) == 0
+    assert queue.lease_ms == 60_000 + 1_000  # the queue's default timeout is the longest
+    assert await queue.drain_at(claimed_by + queue.lease_ms * 1_000) == 1
+    assert (tmp_path / f"finished-{row}-2").exists()
+    assert await queue.stats() == (0, 0, 0)
+
+
+async def test_sigterm_lets_a_running_row_finish_and_exits_cleanly(
+    shared: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    proc = start_worker(shared)
+    try:
+        row = await queue.push(procs_kinds.Brief(n=1))
+        await until("the run to start", lambda: (tmp_path / f"started-{row}-1").exists())
+    finally:
+        code, output = stop(proc)
+    assert code == 0, output
+    assert (tmp_path / f"finished-{row}-1").exists()
+    assert await queue.stats() == (0, 0, 0)
+
+
+async def test_past_the_grace_period_a_running_row_is_queued_again_unrun(
+    shared: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    proc = start_worker(shared, "--grace-ms", "100", hang=True)
+    try:
+        row = await queue.push(procs_kinds.Hang(n=1))
+        assert row is not None
+        await until("the run to start", lambda: (tmp_path / f"started-{row}-1").exists())
+    finally:
+        code, output = stop(proc)
+    assert code == 0, output
+    # Not stuck running: queued again, its attempt uncounted, so it runs now as attempt 1.
+    assert await queue.stats() == (1, 0, 0)
+    assert await queue.drain() == 1
+    assert (tmp_path / f"finished-{row}-1").exists()
