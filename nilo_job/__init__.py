@@ -22,6 +22,7 @@ from ._errors import (
     TimedOut,
 )
 from ._queue import Jobs
+from ._schedule import Cron, Every, Schedule, cron, every
 from ._spaces import MemorySpace, Space
 from ._table import Table
 from ._values import (
@@ -37,11 +38,14 @@ from ._values import (
     Status,
     Tick,
 )
+from .store.contract import Store
 from .store.memory import Memory
 
 __all__ = [
     "BadPayload",
+    "Cron",
     "Dead",
+    "Every",
     "Exponential",
     "Fixed",
     "JobError",
@@ -56,13 +60,17 @@ __all__ = [
     "Refusal",
     "Retry",
     "Run",
+    "Schedule",
     "Space",
     "State",
     "Stats",
     "Status",
+    "Store",
     "StoreUnavailable",
     "Table",
     "Tick",
     "TimedOut",
+    "cron",
+    "every",
     "now_us",
 ]

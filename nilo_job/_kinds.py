@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from ._codec import Codec
 from ._errors import Refusal, TimedOut
-from ._values import Retry, Run, Tick
+from ._schedule import Schedule
+from ._values import Missed, Overlap, Retry, Run, Tick
 
 MAX_NAME_BYTES = 64
 """The longest kind name and unique key, in UTF-8 bytes (seed: "Sixty-four bytes at most")."""
@@ -45,6 +46,9 @@ class Kind:
     params: tuple[Param, ...]
     is_async: bool
     codec: Codec
+    schedule: Schedule | None = None
+    overlap: Overlap | None = None
+    missed: Missed | None = None
 
     def is_final(self, error: BaseException) -> bool:
         """Whether `error` kills the row at once, whatever retry says (seed: `final`)."""
@@ -111,6 +115,7 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
     if isinstance(inspect.getattr_static(cls, "run"), staticmethod | classmethod):
         raise Refusal(f"{name}.run must be a plain method taking self (the payload), not static")
     params = _read_params(cls, run, deps, jobs_type)
+    schedule, overlap, missed = _read_schedule(cls)
     return Kind(
         cls=cls,
         name=kind_name,
@@ -120,6 +125,9 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
         params=params,
         is_async=inspect.iscoroutinefunction(run),
         codec=Codec(cls),
+        schedule=schedule,
+        overlap=overlap,
+        missed=missed,
     )
 
 
@@ -205,6 +213,48 @@ def _read_timeout(cls: type) -> int | None:
             "like timeout_ms = 300_000"
         )
     return value
+
+
+def _read_schedule(cls: type) -> tuple[Schedule | None, Overlap | None, Missed | None]:
+    """A scheduled kind's schedule, overlap and missed; each required once `schedule` is set."""
+    name = cls.__name__
+    schedule = getattr(cls, "schedule", None)
+    overlap = getattr(cls, "overlap", None)
+    missed = getattr(cls, "missed", None)
+    if schedule is None:
+        for setting, value in (("overlap", overlap), ("missed", missed)):
+            if value is not None:
+                raise Refusal(
+                    f"{name}.{setting} decides nothing on a kind with no schedule: add "
+                    "`schedule = job.cron(...)` or remove it"
+                )
+        return None, None, None
+    if not isinstance(schedule, Schedule):
+        raise Refusal(
+            f"{name}.schedule is {schedule!r}; write schedule = job.cron('0 3 * * *') or "
+            "schedule = job.every(600_000)"
+        )
+    if not isinstance(overlap, Overlap):
+        raise Refusal(
+            f"{name} has a schedule and no overlap, which has no default: add "
+            "`overlap = job.Overlap.SKIP` (no new tick while a run is running) or "
+            "`overlap = job.Overlap.QUEUE` (start it anyway, on another worker)"
+        )
+    if not isinstance(missed, Missed):
+        raise Refusal(
+            f"{name} has a schedule and no missed, which has no default: add "
+            "`missed = job.Missed.DROP` (forget a tick later than its successor) or "
+            "`missed = job.Missed.CATCH_UP` (run it once, then continue from the clock)"
+        )
+    if dataclasses.is_dataclass(cls):
+        for field in dataclasses.fields(cls):
+            no_default = field.default is dataclasses.MISSING
+            if no_default and field.default_factory is dataclasses.MISSING and field.init:
+                raise Refusal(
+                    f"{name}.{field.name} has no default, and nobody pushes a scheduled job to "
+                    f"fill it in: give it one (`{field.name}: ... = ...`)"
+                )
+    return schedule, overlap, missed
 
 
 def _read_params(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._errors import TimedOut
 from ._kinds import Kind
-from .store.contract import Claimed, Died, Done, End, Retrying
+from .store.contract import Claimed, Died, Done, End, NewRow, Retrying
 
 DETAIL_CHARS = 2_000
 """How much of an error's message a row keeps for operators."""
@@ -19,18 +19,39 @@ def is_last(kind: Kind, attempts: int) -> bool:
     return attempts >= kind.retry.attempts
 
 
-def decide(kind: Kind, row: Claimed, error: BaseException | None, now_us: int) -> End:
+def decide(
+    kind: Kind, row: Claimed, error: BaseException | None, now_us: int, then: NewRow | None = None
+) -> End:
     """The end of one run of `row`: done, a retry at a time, or dead with the error's name.
 
     A failure is dead when it is in the kind's `final` (never a `TimedOut`) or when no retry is
     left; otherwise the next attempt is due `kind.retry.wait_ms(attempts)` after `now_us`, the
-    moment the attempt failed on the tick's clock.
+    moment the attempt failed on the tick's clock. `then` is a schedule's next tick, handed on
+    with this end: a retried tick then gives up its key and is retried as a row of its own.
     """
     if error is None:
-        return Done(row.id, row.attempts)
+        return Done(row.id, row.attempts, then)
     name = type(error).__name__
     detail = str(error)[:DETAIL_CHARS]
     if is_last(kind, row.attempts) or (kind.is_final(error) and not isinstance(error, TimedOut)):
-        return Died(row.id, row.attempts, now_us, name, detail)
+        return Died(row.id, row.attempts, now_us, name, detail, then)
     wait_ms = kind.retry.wait_ms(row.attempts)
-    return Retrying(row.id, row.attempts, now_us + wait_ms * 1_000, name, detail)
+    run_at = now_us + wait_ms * 1_000
+    return Retrying(row.id, row.attempts, run_at, name, detail, then is not None, then)
+
+
+def tick_is_missed(kind: Kind, due_us: int, now_us: int) -> bool:
+    """Whether a schedule's tick due at `due_us` is later than its own successor at `now_us`.
+
+    Such a tick is the seed's "missed" one: `Missed.DROP` forgets it, `Missed.CATCH_UP` runs it
+    once; a tick that is merely late (its successor still ahead) runs either way.
+    """
+    assert kind.schedule is not None
+    return kind.schedule.next(due_us) <= now_us
+
+
+def next_tick_at(kind: Kind, due_us: int, now_us: int) -> int:
+    """When the tick after the one due at `due_us` falls, seen from `now_us`: the first tick of
+    the schedule strictly after `now_us` (on `every`'s grid, so lateness never accumulates)."""
+    assert kind.schedule is not None
+    return kind.schedule.following(due_us, now_us)

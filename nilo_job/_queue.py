@@ -23,10 +23,13 @@ from ._clock import datetime_to_us, now_us
 from ._errors import BadPayload, Refusal, TimedOut
 from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
 from ._spaces import Space
-from ._values import Dead, Run, State, Stats, Status, Tick
+from ._values import Dead, Missed, Overlap, Run, State, Stats, Status, Tick
 from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying, Store
 
 log = logging.getLogger("nilo_job")
+
+SCHEDULE_KEY = "schedule"
+"""The unique key of a schedule's next tick: one row of a scheduled kind holds it (seed)."""
 
 _STATUS = msgspec.json.Encoder()
 _STATUS_DECODER = msgspec.json.Decoder(Status)
@@ -95,6 +98,10 @@ class Jobs:
         self._kinds: dict[str, Kind] = {kind.name: kind for kind in read}
         self._by_class: dict[type, Kind] = {kind.cls: kind for kind in read}
         self._names = tuple(self._kinds)
+        # A scheduled kind's payload: every field at its default (nobody pushes it).
+        self._tick_payloads = {
+            kind.name: kind.codec.encode(kind.cls()) for kind in read if kind.schedule is not None
+        }
         self.lease_ms = max([self.timeout_ms, *(k.timeout_ms or 0 for k in read)]) + 1_000
         self._clock: Callable[[], int] = now_us
         # The serving loop, and what wakes it; set while serve() runs.
@@ -361,6 +368,29 @@ class Jobs:
         task = self._serve_task
         return task is None or not task.done()
 
+    # ---------------------------------------------------------------------------- schedules
+
+    async def seed(self) -> None:
+        """Queue every schedule's next tick, as `serve` does at start (seed: `seed`)."""
+        await self.seed_at(self._clock())
+
+    async def seed_at(self, now_us: int) -> None:
+        """Queue every schedule's first tick after `now_us` (µs since the epoch), for a test.
+
+        Each tick row carries the unique key "schedule", so seeding from any number of
+        processes at once leaves one row per scheduled kind; a kind already seeded is left as
+        it is.
+        """
+        rows = [
+            NewRow(
+                kind.name, self._tick_payloads[kind.name], kind.schedule.next(now_us), SCHEDULE_KEY
+            )
+            for kind in self._kinds.values()
+            if kind.schedule is not None
+        ]
+        if rows:
+            await self.store.push(rows)
+
     # ------------------------------------------------------------------------------ running
 
     async def drain(self) -> int:
@@ -403,9 +433,33 @@ class Jobs:
             if await self._execute(rows[0], lambda: now_us):
                 return True
 
+    def _tick_row(self, kind: Kind, due_us: int, now_us: int) -> NewRow:
+        """The row of a schedule's next tick after the one due at `due_us`, carrying the key."""
+        run_at = _policy.next_tick_at(kind, due_us, now_us)
+        return NewRow(kind.name, self._tick_payloads[kind.name], run_at, SCHEDULE_KEY)
+
     async def _execute(self, row: Claimed, clock: Callable[[], int]) -> bool:
         """Run one claimed row to its end and write the end. True if `run` was called."""
         kind = self._kinds[row.kind]
+        then: NewRow | None = None
+        if kind.schedule is not None and row.unique_key == SCHEDULE_KEY:
+            now = clock()
+            if _policy.tick_is_missed(kind, row.run_at, now) and kind.missed is Missed.DROP:
+                log.info(
+                    "%s row %d: tick due at %d is later than its successor; dropped",
+                    kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
+                )  # fmt: skip
+                await self._end(
+                    kind, row, Done(row.id, row.attempts, self._tick_row(kind, row.run_at, now))
+                )
+                return False
+            if kind.overlap is Overlap.QUEUE:
+                # The next tick may start while this one runs: hand the key on now.
+                await self.store.hand_on(
+                    row.id, row.attempts, self._tick_row(kind, row.run_at, now)
+                )
+            else:
+                then = self._tick_row(kind, row.run_at, now)  # recomputed when the run ends
         try:
             value = kind.codec.decode(row.payload)
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
@@ -414,7 +468,7 @@ class Jobs:
                 kind.name, row.id, kind.cls.__name__, error,
                 extra={"kind": kind.name, "row": row.id, "error": "BadPayload"},
             )  # fmt: skip
-            end = Died(row.id, row.attempts, clock(), BadPayload.__name__, str(error))
+            end = Died(row.id, row.attempts, clock(), BadPayload.__name__, str(error), then)
             await self._end(kind, row, end)
             return False
         # Two executions of one row never overlap in this process: a timed-out sync run whose
@@ -424,7 +478,7 @@ class Jobs:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._busy[row.id] = done
         try:
-            return await self._run(kind, row, value, clock, done)
+            return await self._run(kind, row, value, clock, done, then is not None)
         finally:
             if not done.done():
                 done.set_result(None)
@@ -438,6 +492,7 @@ class Jobs:
         value: object,
         clock: Callable[[], int],
         done: asyncio.Future[None],
+        hand_on_at_end: bool,
     ) -> bool:
         started = clock()
         tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
@@ -467,7 +522,11 @@ class Jobs:
             raise
         except Exception as failure:
             error = failure
-        await asyncio.shield(self._end(kind, row, _policy.decide(kind, row, error, clock())))
+        ended = clock()
+        # Overlap.SKIP: the next tick is computed from the clock when the run ends.
+        then = self._tick_row(kind, row.run_at, ended) if hand_on_at_end else None
+        end = _policy.decide(kind, row, error, ended, then)
+        await asyncio.shield(self._end(kind, row, end))
         if not kind.is_async:
             # A timed-out thread still running: the row stays busy in this process until it ends.
             await asyncio.shield(done)
@@ -525,6 +584,7 @@ class Jobs:
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
         await self.store.open()
         await self.store.check()
+        await self.seed()
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()

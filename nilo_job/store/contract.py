@@ -2,7 +2,7 @@
 
 A store only stores. Every decision (is this a retry or dead, when is the next attempt, what is the
 lease) is made by the queue above it and handed down as a value; a store applies it in one
-statement (or one transaction) and answers. The seed's "nine methods" are the nine async calls
+statement (or one transaction) and answers. The seed's "nine methods" are the async calls
 below that touch rows; `open`/`close`/`ping` are its lifecycle. A third store is this Protocol and
 the contract tests in `tests/test_contract.py` run against it.
 
@@ -59,18 +59,24 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The run of claim (`id`, `attempts`) finished: the row goes, and its unique key with it."""
+    """The run of claim (`id`, `attempts`) finished: the row goes, and its unique key with it.
+
+    `then` (every end has it) is a row inserted in the same transaction when the end applies:
+    a schedule's next tick, handed on atomically with the end of the one before.
+    """
 
     id: int
     attempts: int
+    then: NewRow | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Retrying:
     """The run of claim (`id`, `attempts`) failed and will be tried again at `run_at` (µs).
 
-    The row goes back to `queued` and keeps its unique key; `error` is the exception's class name
-    and `detail` its message, for operators.
+    The row goes back to `queued` and keeps its unique key unless `release_key` (a schedule's
+    tick is retried as a row of its own, its key handed on in `then`); `error` is the
+    exception's class name and `detail` its message, for operators.
     """
 
     id: int
@@ -78,6 +84,8 @@ class Retrying:
     run_at: int
     error: str
     detail: str
+    release_key: bool = False
+    then: NewRow | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,7 @@ class Died:
     died_at: int
     error: str
     detail: str
+    then: NewRow | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +111,7 @@ class Released:
     id: int
     attempts: int
     run_at: int
+    then: NewRow | None = None
 
 
 End = Done | Retrying | Died | Released
@@ -177,6 +187,11 @@ class Store(Protocol):
 
         Answers, per end, whether it applied: False means the lease was lost to another worker.
         """
+
+    async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
+        """In one transaction: take the unique key off the running row (`row_id`, `attempts`)
+        and insert `then`, which carries it. False (nothing written) when the row no longer holds
+        that claim or no key."""
 
     async def cancel(self, row_id: int) -> bool:
         """Delete the row if it is `queued` (including a retry's wait); True if it was."""

@@ -87,21 +87,20 @@ class Memory:
                     f"job.Memory holds {self._used} of its {self.capacity} bytes and "
                     f"{need} more do not fit; nothing was pushed"
                 )
-            answers: list[int | None] = []
-            for row in rows:
-                if row.unique_key is not None and (row.kind, row.unique_key) in self._unique:
-                    answers.append(None)
-                    continue
-                self._last_id += 1
-                self._rows[self._last_id] = _Row(
-                    self._last_id, row.kind, row.payload, "queued", row.run_at,
-                    unique_key=row.unique_key,
-                )  # fmt: skip
-                if row.unique_key is not None:
-                    self._unique[(row.kind, row.unique_key)] = self._last_id
-                self._used += len(row.payload)
-                answers.append(self._last_id)
-            return answers
+            return [self._insert(row) for row in rows]
+
+    def _insert(self, row: NewRow) -> int | None:
+        """One row in; the caller holds the lock and has checked the room."""
+        if row.unique_key is not None and (row.kind, row.unique_key) in self._unique:
+            return None
+        self._last_id += 1
+        self._rows[self._last_id] = _Row(
+            self._last_id, row.kind, row.payload, "queued", row.run_at, unique_key=row.unique_key
+        )
+        if row.unique_key is not None:
+            self._unique[(row.kind, row.unique_key)] = self._last_id
+        self._used += len(row.payload)
+        return self._last_id
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         raise Refusal(
@@ -159,14 +158,31 @@ class Memory:
                 elif isinstance(end, Retrying):
                     row.state, row.run_at = "queued", end.run_at
                     row.error, row.detail = end.error, end.detail
+                    if end.release_key:
+                        self._free_key(row)
                 elif isinstance(end, Died):
                     row.state, row.died_at = "dead", end.died_at
                     row.error, row.detail = end.error, end.detail
                     self._free_key(row)
                 elif isinstance(end, Released):
                     row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
+                if end.then is not None:
+                    # A schedule's next tick may go over the byte budget: losing it would stop
+                    # the schedule in silence, which is worse than a full queue.
+                    self._insert(end.then)
                 answers.append(True)
         return answers
+
+    async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
+        with self._lock:
+            row = self._rows.get(row_id)
+            if row is None or row.state != "running" or row.attempts != attempts:
+                return False
+            if row.unique_key is None:
+                return False
+            self._free_key(row)
+            self._insert(then)
+            return True
 
     async def cancel(self, row_id: int) -> bool:
         with self._lock:

@@ -238,9 +238,24 @@ class SqliteTable:
 
     async def finish(self, ends: Sequence[End]) -> list[bool]:
         def apply(conn: sqlite3.Connection) -> list[bool]:
-            return [conn.execute(*_end_statement(end)).rowcount == 1 for end in ends]
+            applied = []
+            for end in ends:
+                ok = conn.execute(*_end_statement(end)).rowcount == 1
+                if ok and end.then is not None:
+                    _insert(conn, [end.then])
+                applied.append(ok)
+            return applied
 
         return await self._call(lambda conn: self._write(conn, apply))
+
+    async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
+        def hand_on(conn: sqlite3.Connection) -> bool:
+            if conn.execute(SQL["release_key"], (row_id, attempts)).rowcount != 1:
+                return False
+            _insert(conn, [then])
+            return True
+
+        return await self._call(lambda conn: self._write(conn, hand_on))
 
     async def cancel(self, row_id: int) -> bool:
         return await self._call(
@@ -285,7 +300,8 @@ def _end_statement(end: End) -> tuple[str, tuple[object, ...]]:
     if isinstance(end, Done):
         return SQL["done"], (end.id, end.attempts)
     if isinstance(end, Retrying):
-        return SQL["retrying"], (end.run_at, end.error, end.detail, end.id, end.attempts)
+        params = (end.run_at, end.error, end.detail, end.release_key, end.id, end.attempts)
+        return SQL["retrying"], params
     if isinstance(end, Died):
         return SQL["died"], (end.died_at, end.error, end.detail, end.id, end.attempts)
     if isinstance(end, Released):

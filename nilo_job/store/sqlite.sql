@@ -54,7 +54,8 @@ DELETE FROM nilo_jobs WHERE id = ? AND state = 'running' AND attempts = ?;
 
 -- name: retrying
 UPDATE nilo_jobs
-SET state = 'queued', run_at = ?, lease_until = NULL, error = ?, detail = ?
+SET state = 'queued', run_at = ?, lease_until = NULL, error = ?, detail = ?,
+    unique_key = CASE WHEN ? THEN NULL ELSE unique_key END
 WHERE id = ? AND state = 'running' AND attempts = ?;
 
 -- name: died
@@ -66,6 +67,10 @@ WHERE id = ? AND state = 'running' AND attempts = ?;
 UPDATE nilo_jobs
 SET state = 'queued', run_at = ?, lease_until = NULL, attempts = attempts - 1
 WHERE id = ? AND state = 'running' AND attempts = ?;
+
+-- name: release_key
+UPDATE nilo_jobs SET unique_key = NULL
+WHERE id = ? AND state = 'running' AND attempts = ? AND unique_key IS NOT NULL;
 
 -- name: cancel
 DELETE FROM nilo_jobs WHERE id = ? AND state = 'queued';
