@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from ._clock import datetime_to_us, now_us
 from ._errors import BadPayload, Refusal, TimedOut
 from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
 from ._spaces import Space
+from ._sync import SyncJobs
 from ._values import Dead, Missed, Overlap, Run, State, Stats, Status, Tick
 from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying, Store
 
@@ -77,9 +79,12 @@ class Jobs:
         if isinstance(kinds, type) or not isinstance(kinds, Sequence) or not kinds:
             raise Refusal("job.Jobs(kinds=[...]) takes a non-empty list of job classes")
         if not isinstance(store, Store):
+            lacks = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]
             raise Refusal(
                 f"job.Jobs(store={store!r}): pass job.Table('sqlite:///app.db'), "
-                "job.Table('postgresql://…') or job.Memory(bytes=1 << 20)"
+                "job.Table('postgresql://…') or job.Memory(bytes=1 << 20); a store of your own "
+                f"must have every method of nilo_job.store.contract.Store, and this one lacks "
+                f"{', '.join(lacks)}"
             )
         if status is not None and not isinstance(status, Space):
             raise Refusal(
@@ -114,6 +119,13 @@ class Jobs:
 
     def __repr__(self) -> str:
         return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
+
+    @functools.cached_property
+    def sync(self) -> SyncJobs:
+        """The blocking face of this queue, for code that does not run asyncio (Flask, Django,
+        scripts): `jobs.sync.push(value)`, `jobs.sync.push_in(conn, value)`, `jobs.sync.cancel(id)`,
+        `jobs.sync.stats()`, and the operator calls."""
+        return SyncJobs(self)
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
@@ -177,6 +189,17 @@ class Jobs:
         after_ms: int | None = None,
         at: int | datetime | None = None,
         unique: str,
+        within: Space | None = None,
+    ) -> int | None: ...
+
+    @overload
+    async def push(
+        self,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
         within: Space | None = None,
     ) -> int | None: ...
 
@@ -683,6 +706,11 @@ class Jobs:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+_STORE_METHODS = tuple(
+    name for name in vars(Store) if not name.startswith("_") and callable(getattr(Store, name))
+)
 
 
 def _status_key(row_id: int) -> str:

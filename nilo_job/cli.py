@@ -96,16 +96,21 @@ def worker(target: str, workers: int | None, grace_ms: int) -> None:
     On the first signal it stops claiming, lets running rows finish for --grace-ms, then cancels
     them and queues their rows again; a second signal ends the grace period at once.
     """
+    # A signal that arrives while the target is still importing stops the worker before it
+    # claims anything, rather than killing it with the default handler.
+    early: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: early.append(received))
     jobs = load(target)
     if workers is not None:
         jobs.workers = workers
     try:
-        asyncio.run(_work(jobs, grace_ms))
+        asyncio.run(_work(jobs, grace_ms, early))
     except JobError as error:
         raise click.ClickException(str(error)) from None
 
 
-async def _work(jobs: Jobs, grace_ms: int) -> None:
+async def _work(jobs: Jobs, grace_ms: int, early: list[int]) -> None:
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(jobs.serve(grace_ms=grace_ms))
     signals = 0
@@ -122,6 +127,8 @@ async def _work(jobs: Jobs, grace_ms: int) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop, signum)
+    for received in early:
+        stop(received)
     try:
         await task
     except asyncio.CancelledError:

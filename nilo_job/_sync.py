@@ -1,0 +1,134 @@
+"""`jobs.sync`: the queue for callers that do not run asyncio (Flask and Django views, scripts).
+
+Bridged, not copied: each method hands the async method's coroutine to an event loop and blocks
+for its answer. The loop is the one `serve()` runs on when this process serves, and otherwise a
+loop of the bridge's own in a daemon thread, started on first use. `push_in` is the exception: it
+writes through the caller's own connection in the caller's thread, so it runs right here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._errors import Refusal
+from ._spaces import Space
+from ._values import Dead, Stats, Status
+
+if TYPE_CHECKING:
+    from ._queue import Jobs
+
+T = TypeVar("T")
+
+
+class SyncJobs:
+    """Blocking versions of the queue's producer and operator calls; see `Jobs` for each.
+
+    Raises:
+        Refusal: a method is called from inside a running event loop (use the async API there).
+    """
+
+    def __init__(self, jobs: Jobs) -> None:
+        self._jobs = jobs
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def _own_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="nilo-job sync bridge", daemon=True
+                )
+                thread.start()
+                self._loop = loop
+            return self._loop
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise Refusal(
+                "jobs.sync blocks, and this code runs inside an event loop: await the async "
+                "method (await jobs.push(...)) here instead"
+            )
+        loop = self._jobs._loop or self._own_loop()
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def push(
+        self,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
+        within: Space | None = None,
+    ) -> int | None:
+        """`Jobs.push`, blocking."""
+        return self._call(
+            self._jobs.push(value, after_ms=after_ms, at=at, unique=unique, within=within)
+        )
+
+    def push_in(
+        self,
+        tx: object,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
+    ) -> int | None:
+        """`Jobs.push_in` through a synchronous connection or session, in this thread.
+
+        Raises:
+            Refusal: `tx` needs awaiting (an async connection or session): use the async API.
+        """
+        coro = self._jobs.push_in(tx, value, after_ms=after_ms, at=at, unique=unique)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            answer: int | None = done.value
+            return answer
+        coro.close()
+        raise Refusal(
+            f"jobs.sync.push_in got a {type(tx).__qualname__}, which must be awaited: use "
+            "await jobs.push_in(...) with an async connection or session"
+        )
+
+    def wake(self) -> None:
+        """`Jobs.wake`."""
+        self._jobs.wake()
+
+    def cancel(self, row_id: int) -> bool:
+        """`Jobs.cancel`, blocking."""
+        return self._call(self._jobs.cancel(row_id))
+
+    def stats(self) -> Stats:
+        """`Jobs.stats`, blocking."""
+        return self._call(self._jobs.stats())
+
+    def status(self, row_id: int) -> Status | None:
+        """`Jobs.status`, blocking."""
+        return self._call(self._jobs.status(row_id))
+
+    def dead_ones(self, limit: int = 1_000) -> list[Dead]:
+        """`Jobs.dead_ones`, blocking."""
+        return self._call(self._jobs.dead_ones(limit))
+
+    def retry_dead(self, row_id: int) -> bool:
+        """`Jobs.retry_dead`, blocking."""
+        return self._call(self._jobs.retry_dead(row_id))
+
+    def drain(self) -> int:
+        """`Jobs.drain`, blocking (for a synchronous test)."""
+        return self._call(self._jobs.drain())
+
+    def drain_at(self, now_us: int) -> int:
+        """`Jobs.drain_at`, blocking (for a synchronous test)."""
+        return self._call(self._jobs.drain_at(now_us))

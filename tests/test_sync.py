@@ -1,0 +1,70 @@
+"""`jobs.sync`: producers that do not run asyncio push, cancel and read stats."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import nilo_job as job
+
+ran: list[int] = []
+
+
+@dataclasses.dataclass
+class Note:
+    nilo_job = "note"
+    retry = job.Retry.NONE
+
+    n: int
+
+    def run(self) -> None:
+        ran.append(self.n)
+
+
+def test_a_sync_caller_pushes_cancels_and_reads_stats_without_asyncio(tmp_path: Path) -> None:
+    ran.clear()
+    table = job.Table(f"sqlite:///{tmp_path}/q.db")
+    jobs = job.Jobs(kinds=[Note], store=table)
+    with sqlite3.connect(tmp_path / "q.db") as conn:
+        conn.executescript(table.ddl)  # type: ignore[attr-defined]
+    first = jobs.sync.push(Note(1))
+    second = jobs.sync.push(Note(2), unique="two")
+    assert jobs.sync.push(Note(2), unique="two") is None
+    assert jobs.sync.stats() == (2, 0, 0)
+    assert second is not None
+    assert jobs.sync.cancel(second) is True
+    assert jobs.sync.cancel(second) is False
+    assert jobs.sync.drain() == 1
+    assert ran == [1]
+    assert first is not None
+    assert jobs.sync.stats() == (0, 0, 0)
+
+
+def test_sync_push_in_writes_through_the_callers_connection_in_its_transaction(
+    tmp_path: Path,
+) -> None:
+    ran.clear()
+    table = job.Table(f"sqlite:///{tmp_path}/q.db")
+    jobs = job.Jobs(kinds=[Note], store=table)
+    conn = sqlite3.connect(tmp_path / "q.db")
+    conn.executescript(table.ddl)  # type: ignore[attr-defined]
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+    conn.execute("INSERT INTO users (id) VALUES (1)")
+    assert jobs.sync.push_in(conn, Note(1)) is not None
+    conn.rollback()
+    assert jobs.sync.stats() == (0, 0, 0)
+    conn.execute("INSERT INTO users (id) VALUES (2)")
+    jobs.sync.push_in(conn, Note(2))
+    conn.commit()
+    conn.close()
+    assert jobs.sync.drain() == 1
+    assert ran == [2]
+
+
+async def test_sync_inside_an_event_loop_is_refused_with_the_async_form() -> None:
+    jobs = job.Jobs(kinds=[Note], store=job.Memory())
+    with pytest.raises(job.Refusal, match=r"await jobs.push"):
+        jobs.sync.stats()
