@@ -10,10 +10,17 @@ push with a sentence naming the field, before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import re
+import types
 import typing
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
@@ -118,12 +125,11 @@ def _check_fields(cls: type) -> None:
     )
     for field in fields:
         hint = hints.get(field, Any)
-        try:
-            msgspec.json.Decoder(hint)
-        except TypeError:
-            shown = getattr(hint, "__qualname__", None) or repr(hint)
+        bad = _unsupported(hint, set())
+        if bad is not None:
+            shown = getattr(bad, "__qualname__", None) or repr(bad).replace("typing.", "")
             raise Refusal(
-                f"{name}.{field} is a {shown}, which cannot travel through JSON to a worker "
+                f"{name}.{field} holds a {shown}, which cannot travel through JSON to a worker "
                 "(possibly in another process): carry its id or its data as str, int, float, "
                 "bool, an enum, a list, a dict with str keys, a dataclass, datetime, date, UUID, "
                 "Decimal or bytes, and look the rest up in run"
@@ -132,3 +138,59 @@ def _check_fields(cls: type) -> None:
         msgspec.json.Decoder(cls)
     except TypeError as error:
         raise Refusal(f"{name} cannot be read back from JSON: {error}") from None
+
+
+_PLAIN = (str, int, float, bool, bytes, bytearray, datetime, date, time, timedelta, UUID, Decimal)
+
+
+def _unsupported(hint: Any, seen: set[int]) -> Any:
+    """The first type inside `hint` that cannot round-trip through JSON, or None.
+
+    msgspec would accept any class as a custom type and fail only when a value is encoded, so
+    the types are walked here: plain values, enums, dataclasses and msgspec Structs (their
+    fields in turn), containers of those, Optional/Union, Literal and Any.
+    """
+    if hint is Any or hint is object or hint is None or hint is type(None):
+        return None
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return None
+    if origin is typing.Annotated:
+        return _unsupported(typing.get_args(hint)[0], seen)
+    if origin is not None:
+        if origin in (list, tuple, set, frozenset, dict, typing.Union, types.UnionType) or (
+            isinstance(origin, type)
+            and issubclass(origin, Sequence | Mapping | AbstractSet)
+            and not issubclass(origin, str | bytes)
+        ):
+            for arg in typing.get_args(hint):
+                if arg is not Ellipsis and (bad := _unsupported(arg, seen)) is not None:
+                    return bad
+            return None
+        return hint
+    if not isinstance(hint, type):
+        return hint
+    if issubclass(hint, _PLAIN) or issubclass(hint, enum.Enum):
+        return None
+    if hint in (list, tuple, set, frozenset, dict):
+        return None
+    if dataclasses.is_dataclass(hint) or issubclass(hint, msgspec.Struct) or _is_typed_record(hint):
+        if id(hint) in seen:
+            return None
+        seen.add(id(hint))
+        try:
+            nested = typing.get_type_hints(hint)
+        except Exception:
+            return hint
+        for field_hint in nested.values():
+            if typing.get_origin(field_hint) is typing.ClassVar:
+                continue
+            if (bad := _unsupported(field_hint, seen)) is not None:
+                return bad
+        return None
+    return hint
+
+
+def _is_typed_record(hint: type) -> bool:
+    """A NamedTuple or a TypedDict, which msgspec encodes field by field."""
+    return (issubclass(hint, tuple) and hasattr(hint, "_fields")) or typing.is_typeddict(hint)

@@ -32,12 +32,20 @@ def decide(
     if error is None:
         return Done(row.id, row.attempts, then)
     name = type(error).__name__
-    detail = str(error)[:DETAIL_CHARS]
+    detail = _describe(error)
     if is_last(kind, row.attempts) or (kind.is_final(error) and not isinstance(error, TimedOut)):
         return Died(row.id, row.attempts, now_us, name, detail, then)
     wait_ms = kind.retry.wait_ms(row.attempts)
     run_at = now_us + wait_ms * 1_000
     return Retrying(row.id, row.attempts, run_at, name, detail, then is not None, then)
+
+
+def _describe(error: BaseException) -> str:
+    """The error's message for operators; an exception whose `str` itself fails still ends."""
+    try:
+        return str(error)[:DETAIL_CHARS]
+    except Exception:
+        return f"<{type(error).__name__}: its message could not be read>"
 
 
 def tick_is_missed(kind: Kind, due_us: int, now_us: int) -> bool:

@@ -30,6 +30,9 @@ from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying
 
 log = logging.getLogger("nilo_job")
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_CLOCK_EVERY_US = 60_000_000  # how often serve re-reads a store's own clock
+
 SCHEDULE_KEY = "schedule"
 """The unique key of a schedule's next tick: one row of a scheduled kind holds it (seed)."""
 
@@ -109,6 +112,7 @@ class Jobs:
         }
         self.lease_ms = max([self.timeout_ms, *(k.timeout_ms or 0 for k in read)]) + 1_000
         self._clock: Callable[[], int] = now_us
+        self._clock_read_at = 0
         # The serving loop, and what wakes it; set while serve() runs.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
@@ -160,6 +164,11 @@ class Jobs:
                 run_at = at
         else:
             run_at = now
+        if not _INT64_MIN <= run_at <= _INT64_MAX:
+            raise Refusal(
+                f"the row would be due at {run_at} µs since the epoch, which no store can hold "
+                "(64-bit microseconds reach the year 294,247): pass a nearer time"
+            )
         if unique is not None:
             if not isinstance(unique, str) or not unique:
                 raise Refusal(f"unique={unique!r}: a non-empty str key")
@@ -607,17 +616,38 @@ class Jobs:
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
         await self.store.open()
         await self.store.check()
+        await self._follow_store_clock()
         await self.seed()
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
         running: set[asyncio.Task[bool]] = set()
+        watching = asyncio.create_task(self.store.watch(self.wake))
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
         try:
             await self._claim_loop(running)
         finally:
+            watching.cancel()
             await self._stop(running, grace_ms)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watching
             self._loop = self._wakeup = None
+
+    async def _follow_store_clock(self) -> None:
+        """Read the time from the store's clock when it has one of its own (PostgreSQL), so
+        that workers on hosts whose clocks drift claim, lease and retry by one clock.
+
+        The offset to this host's clock is measured here (at serve's start, then every minute)
+        rather than asked for at each claim, so it costs one query a minute.
+        """
+        before = now_us()
+        theirs = await self.store.now_us()
+        after = now_us()
+        if theirs is None:
+            return
+        offset = theirs - (before + after) // 2
+        self._clock = lambda: now_us() + offset
+        self._clock_read_at = after
 
     async def _claim_loop(self, running: set[asyncio.Task[bool]]) -> None:
         assert self._wakeup is not None
@@ -629,6 +659,9 @@ class Jobs:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
             wakeup.clear()
+            if now_us() - self._clock_read_at > _CLOCK_EVERY_US:
+                with contextlib.suppress(Exception):
+                    await self._follow_store_clock()
             now = self._clock()
             try:
                 rows = await self._claim_shielded(now, free)

@@ -12,8 +12,10 @@ def Table(target: object, **options: Any) -> Store:
     """The `nilo_jobs` table in your database, as a store for `job.Jobs(store=...)`.
 
     Args:
-        target: `"sqlite:///relative.db"`, `"sqlite:////absolute.db"` or `"sqlite:///:memory:"`.
-        **options: passed to the store (for SQLite: `busy_timeout_ms`, `synchronous`).
+        target: `"sqlite:///relative.db"`, `"sqlite:////absolute.db"`, `"sqlite:///:memory:"`,
+            `"postgresql://user@host/db"`, or a `psycopg_pool.AsyncConnectionPool` of yours.
+        **options: passed to the store (SQLite: `busy_timeout_ms`, `synchronous`; PostgreSQL:
+            `max_size`).
 
     Returns:
         A store; `await table.create_missing()` creates the table, `await table.check()` checks it.
@@ -25,12 +27,18 @@ def Table(target: object, **options: Any) -> Store:
         from .store.sqlite import SqliteTable, path_from_url
 
         return SqliteTable(path_from_url(target), **options)
-    if isinstance(target, str) and target.startswith(("postgresql:", "postgres:")):
-        raise Refusal(
-            "this version of nilo-job has no PostgreSQL store yet: use job.Table('sqlite:///…') "
-            "or job.Memory() until it lands"
-        )
+    postgres = isinstance(target, str) and target.startswith(("postgresql:", "postgres:"))
+    if postgres or type(target).__module__.startswith("psycopg_pool"):
+        try:
+            from .store.postgres import PostgresTable
+        except ImportError as error:
+            raise Refusal(
+                f"job.Table on PostgreSQL needs psycopg 3 and psycopg_pool ({error}): "
+                "pip install 'nilo-job[postgres]'"
+            ) from None
+        return PostgresTable(target, **options)  # type: ignore[arg-type]
     raise Refusal(
-        f"job.Table({target!r}): pass a URL, 'sqlite:///app.db' (relative) or "
-        "'sqlite:////var/lib/app.db' (absolute)"
+        f"job.Table({target!r}): pass a URL, 'sqlite:///app.db' (relative), "
+        "'sqlite:////var/lib/app.db' (absolute) or 'postgresql://user@host/db', or a "
+        "psycopg_pool.AsyncConnectionPool"
     )

@@ -5,6 +5,15 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from .._errors import StoreUnavailable
+from .contract import Died, Done, End, Released, Retrying
+
+COLUMNS = frozenset(
+    {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
+     "detail", "died_at"}
+)  # fmt: skip
+"""The columns of `nilo_jobs` this version reads and writes."""
+
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
@@ -13,3 +22,45 @@ def load(filename: str) -> dict[str, str]:
     text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
     parts = _NAME.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
+    """The name of the statement that applies `end`, and its positional parameters.
+
+    Every SQL store names these statements alike (`done`, `retrying`, `died`, `released`), each
+    fenced by `id = ? AND state = 'running' AND attempts = ?`.
+    """
+    if isinstance(end, Done):
+        return "done", (end.id, end.attempts)
+    if isinstance(end, Retrying):
+        return "retrying", (
+            end.run_at,
+            end.error,
+            end.detail,
+            end.release_key,
+            end.id,
+            end.attempts,
+        )
+    if isinstance(end, Died):
+        return "died", (end.died_at, end.error, end.detail, end.id, end.attempts)
+    if isinstance(end, Released):
+        return "released", (end.run_at, end.id, end.attempts)
+    raise TypeError(f"not an end: {end!r}")
+
+
+def check_columns(where: str, found: set[str]) -> None:
+    """Refuse a missing `nilo_jobs` table, or one without this version's columns.
+
+    Raises:
+        StoreUnavailable: with a sentence saying which, and what to do.
+    """
+    if not found:
+        raise StoreUnavailable(
+            f"there is no nilo_jobs table in {where}: call await table.create_missing() "
+            "(or run `nilo-job migrate`) before serving"
+        )
+    if missing := COLUMNS - found:
+        raise StoreUnavailable(
+            f"the nilo_jobs table in {where} is not nilo-job's, or is from another version: "
+            f"it lacks {', '.join(sorted(missing))}"
+        )

@@ -12,7 +12,7 @@ clock. Payloads are the JSON bytes the queue encoded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -149,6 +149,14 @@ class Store(Protocol):
         Raises:
             StoreUnavailable: it cannot.
         """
+
+    async def now_us(self) -> int | None:
+        """The database's own clock (µs since the epoch) when it is shared by several hosts, so
+        that every worker claims by one clock; None when the host's clock is the only one."""
+
+    async def watch(self, wake: Callable[[], None]) -> None:
+        """Call `wake()` whenever another process pushes a row, until cancelled; return at once
+        when the store has no such signal (the queue then relies on `poll_ms`)."""
 
     async def create_missing(self) -> None:
         """Create the `nilo_jobs` table and its indexes where they are missing."""

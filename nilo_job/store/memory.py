@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .._errors import PayloadTooLarge, QueueFull, Refusal
@@ -66,6 +66,12 @@ class Memory:
 
     async def ping(self) -> None:
         return None
+
+    async def now_us(self) -> int | None:
+        return None  # one host: its clock is the queue's
+
+    async def watch(self, wake: Callable[[], None]) -> None:
+        return None  # no signal between processes: other processes' rows are found by polling
 
     async def create_missing(self) -> None:
         return None

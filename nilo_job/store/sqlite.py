@@ -21,15 +21,12 @@ from typing import TypeVar
 from .._errors import Refusal, StoreUnavailable
 from .._values import Stats
 from . import _sql
-from .contract import Claimed, DeadRow, Died, Done, End, NewRow, Released, Retrying
+from ._sql import check_columns, end_statement
+from .contract import Claimed, DeadRow, End, NewRow
 
 T = TypeVar("T")
 
 SQL = _sql.load("sqlite.sql")
-COLUMNS = frozenset(
-    {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
-     "detail", "died_at"}
-)  # fmt: skip
 _MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING and ON CONFLICT DO NOTHING RETURNING
 _BUSY_TOTAL_S = 60.0  # how long a write keeps waiting for a busy file before it is an error
 
@@ -176,13 +173,19 @@ class SqliteTable:
     async def ping(self) -> None:
         await self._call(lambda conn: conn.execute("SELECT 1").fetchone())
 
+    async def now_us(self) -> int | None:
+        return None  # one host: its clock is the queue's
+
+    async def watch(self, wake: Callable[[], None]) -> None:
+        return None  # no signal between processes: other processes' rows are found by polling
+
     async def create_missing(self) -> None:
         """Create `nilo_jobs` and its indexes where missing (idempotent, safe to race)."""
         await self._call(lambda conn: self._write(conn, lambda c: _script(c, SQL["create"])))
 
     async def check(self) -> None:
         columns = await self._call(lambda conn: {r[0] for r in conn.execute(SQL["columns"])})
-        _check_columns(self.path, columns)
+        check_columns(self.path, columns)
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -240,7 +243,7 @@ class SqliteTable:
         def apply(conn: sqlite3.Connection) -> list[bool]:
             applied = []
             for end in ends:
-                ok = conn.execute(*_end_statement(end)).rowcount == 1
+                ok = conn.execute(*_statement(end)).rowcount == 1
                 if ok and end.then is not None:
                     _insert(conn, [end.then])
                 applied.append(ok)
@@ -296,19 +299,6 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
     return answers
 
 
-def _end_statement(end: End) -> tuple[str, tuple[object, ...]]:
-    if isinstance(end, Done):
-        return SQL["done"], (end.id, end.attempts)
-    if isinstance(end, Retrying):
-        params = (end.run_at, end.error, end.detail, end.release_key, end.id, end.attempts)
-        return SQL["retrying"], params
-    if isinstance(end, Died):
-        return SQL["died"], (end.died_at, end.error, end.detail, end.id, end.attempts)
-    if isinstance(end, Released):
-        return SQL["released"], (end.run_at, end.id, end.attempts)
-    raise TypeError(f"not an end: {end!r}")
-
-
 def _same_file(a: str, b: str) -> bool:
     if a in ("", ":memory:") or b in ("", ":memory:"):
         return False
@@ -318,14 +308,6 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _check_columns(where: str, columns: set[str]) -> None:
-    if not columns:
-        raise StoreUnavailable(
-            f"there is no nilo_jobs table in {where}: call await table.create_missing() "
-            "(or run `nilo-job migrate`) before serving"
-        )
-    if missing := COLUMNS - columns:
-        raise StoreUnavailable(
-            f"the nilo_jobs table in {where} is not nilo-job's, or is from another version: "
-            f"it lacks {', '.join(sorted(missing))}"
-        )
+def _statement(end: End) -> tuple[str, tuple[object, ...]]:
+    name, params = end_statement(end)
+    return SQL[name], params

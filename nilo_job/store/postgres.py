@@ -1,0 +1,334 @@
+"""The PostgreSQL store: `job.Table("postgresql://…")` or `job.Table(pool)`, through psycopg 3.
+
+Any number of worker processes on any number of hosts share one table. The claim is one statement
+with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for; the unique index gives
+`unique` its verdict (`ON CONFLICT … DO NOTHING RETURNING`); every push sends `NOTIFY nilo_jobs`
+with the new id (never the payload), delivered when its transaction commits, and `watch` listens
+for it so idle workers in other processes start at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from .._errors import Refusal, StoreUnavailable
+from .._values import Stats
+from . import _sql
+from ._sql import check_columns, end_statement
+from .contract import Claimed, DeadRow, End, NewRow
+
+log = logging.getLogger("nilo_job")
+
+SQL = _sql.load("postgres.sql")
+CHANNEL = "nilo_jobs"
+
+ACCEPTED_TX = (
+    "a psycopg Connection or AsyncConnection in a transaction, or a SQLAlchemy Session, "
+    "AsyncSession, Connection or AsyncConnection"
+)
+
+_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+class PostgresTable:
+    """The `nilo_jobs` table in a PostgreSQL database.
+
+    Args:
+        target: a `postgresql://` connection string, or a `psycopg_pool.AsyncConnectionPool`
+            the application already has (it stays the application's: `close` leaves it open).
+        max_size: the most connections the store's own pool opens (with a URL only).
+
+    Raises:
+        Refusal: `target` is neither.
+    """
+
+    def __init__(self, target: str | AsyncConnectionPool[Any], *, max_size: int = 10) -> None:
+        if isinstance(target, str):
+            self.conninfo = target
+            self._pool: AsyncConnectionPool[Any] | None = None
+            self._owns_pool = True
+        elif isinstance(target, AsyncConnectionPool):
+            self.conninfo = str(target.conninfo)
+            self._pool = target
+            self._owns_pool = False
+        else:
+            raise Refusal(
+                f"job.Table({target!r}): pass 'postgresql://user@host/db' or a "
+                "psycopg_pool.AsyncConnectionPool"
+            )
+        self.max_size = max_size
+        self._opening: asyncio.Lock | None = None
+
+    def __repr__(self) -> str:
+        shown = psycopg.conninfo.conninfo_to_dict(self.conninfo)
+        shown.pop("password", None)
+        where = f"{shown.get('host', '')}:{shown.get('port', '')}/{shown.get('dbname', '')}"
+        return f"job.Table('postgresql://{where}')"
+
+    @property
+    def ddl(self) -> str:
+        """The statements that create the table and its indexes, as text."""
+        return SQL["create"]
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    async def _get_pool(self) -> AsyncConnectionPool[Any]:
+        if self._pool is not None and not self._pool.closed:
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None or self._pool.closed:
+                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    self.conninfo,
+                    min_size=1,
+                    max_size=self.max_size,
+                    kwargs={"autocommit": True},
+                    open=False,
+                    name="nilo-job",
+                )
+                try:
+                    await pool.open(wait=True, timeout=10)
+                except _DOWN as error:
+                    await pool.close()
+                    raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
+                self._pool = pool
+                self._owns_pool = True
+        assert self._pool is not None
+        return self._pool
+
+    async def _run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
+        """`fn(conn)` on a pooled connection, in one transaction; outages as StoreUnavailable."""
+        pool = await self._get_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                return await fn(conn)
+        except _DOWN as error:
+            raise StoreUnavailable(f"PostgreSQL: {error}") from error
+
+    async def _one(self, query: str, params: Any = None) -> Any:
+        async def one(conn: psycopg.AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone()
+
+        return await self._run(one)
+
+    async def open(self) -> None:
+        await self._get_pool()
+
+    async def close(self) -> None:
+        pool = self._pool
+        if pool is not None and self._owns_pool:
+            self._pool = None
+            await pool.close()
+
+    async def ping(self) -> None:
+        await self._one("SELECT 1")
+
+    async def now_us(self) -> int | None:
+        """The database's clock, in microseconds since the epoch."""
+        row = await self._one(SQL["now"])
+        return int(row[0])
+
+    async def create_missing(self) -> None:
+        """Create `nilo_jobs` and its indexes where missing (idempotent, safe to race)."""
+
+        async def create(conn: psycopg.AsyncConnection[Any]) -> None:
+            # Serialise concurrent creators: IF NOT EXISTS alone can still race on the catalog.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nilo_jobs'))")
+            for statement in SQL["create"].split(";"):
+                if statement.strip():
+                    await conn.execute(statement)
+
+        await self._run(create)
+
+    async def check(self) -> None:
+        async def columns(conn: psycopg.AsyncConnection[Any]) -> set[str]:
+            cur = await conn.execute(SQL["columns"])
+            return {row[0] for row in await cur.fetchall()}
+
+        check_columns(repr(self), await self._run(columns))
+
+    # ---------------------------------------------------------------------------------- rows
+
+    async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
+            return [await _insert(conn, row) for row in rows]
+
+        answers: list[int | None] = await self._run(push)
+        return answers
+
+    async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        if isinstance(tx, psycopg.AsyncConnection):
+            _check_in_transaction(tx.info.transaction_status, tx.autocommit)
+            return [await _insert(tx, row) for row in rows]
+        if isinstance(tx, psycopg.Connection):
+            _check_in_transaction(tx.info.transaction_status, tx.autocommit)
+            answers: list[int | None] = []
+            for row in rows:
+                found = tx.execute(SQL["push"], _params(row)).fetchone()
+                answers.append(None if found is None else found[0])
+            return answers
+        if type(tx).__module__.startswith("sqlalchemy"):
+            return await _push_sqlalchemy(tx, rows)
+        raise Refusal(f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}")
+
+    async def claim(
+        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+    ) -> list[Claimed]:
+        params = {
+            "now": now_us,
+            "lease_until": lease_until_us,
+            "limit": limit,
+            "kinds": list(kinds),
+        }
+
+        async def claim(conn: psycopg.AsyncConnection[Any]) -> list[Claimed]:
+            cur = await conn.execute(SQL["claim"], params)
+            return [
+                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in await cur.fetchall()
+            ]
+
+        claimed: list[Claimed] = await self._run(claim)
+        claimed.sort(key=lambda row: (row.run_at, row.id))
+        return claimed
+
+    async def finish(self, ends: Sequence[End]) -> list[bool]:
+        async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
+            applied = []
+            for end in ends:
+                cur = await conn.execute(*_statement(end))
+                ok = cur.rowcount == 1
+                if ok and end.then is not None:
+                    await _insert(conn, end.then)
+                applied.append(ok)
+            return applied
+
+        answers: list[bool] = await self._run(apply)
+        return answers
+
+    async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
+        async def hand_on(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["release_key"], (row_id, attempts))
+            if cur.rowcount != 1:
+                return False
+            await _insert(conn, then)
+            return True
+
+        done: bool = await self._run(hand_on)
+        return done
+
+    async def cancel(self, row_id: int) -> bool:
+        async def cancel(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["cancel"], (row_id,))
+            return cur.rowcount == 1
+
+        gone: bool = await self._run(cancel)
+        return gone
+
+    async def stats(self) -> Stats:
+        row = await self._one(SQL["stats"])
+        return Stats(row[0], row[1], row[2])
+
+    async def dead_ones(self, limit: int) -> list[DeadRow]:
+        async def dead(conn: psycopg.AsyncConnection[Any]) -> list[DeadRow]:
+            cur = await conn.execute(SQL["dead_ones"], (limit,))
+            return [
+                DeadRow(r[0], r[1], r[2] or "", r[3], r[4].encode(), r[5] or 0)
+                for r in await cur.fetchall()
+            ]
+
+        rows: list[DeadRow] = await self._run(dead)
+        return rows
+
+    async def retry_dead(self, row_id: int, now_us: int) -> bool:
+        row = await self._one(SQL["retry_dead"], (now_us, row_id))
+        return row is not None
+
+    # ----------------------------------------------------------------------------- wake-ups
+
+    async def watch(self, wake: Callable[[], None]) -> None:
+        """Call `wake()` for every row another process pushes, until cancelled.
+
+        A connection of its own runs `LISTEN nilo_jobs`; when it is lost (a restart, a
+        terminated backend) it is opened again after a short pause, and the queue's poll
+        covers the gap.
+        """
+        pause = 0.05
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                try:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    pause = 0.05
+                    wake()  # rows pushed while nobody listened
+                    async for _note in conn.notifies():
+                        wake()
+                finally:
+                    await conn.close()
+            except _DOWN as error:
+                log.warning(
+                    "listening for pushes failed (%s); listening again in %.2f s", error, pause
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+
+def _params(row: NewRow) -> dict[str, object]:
+    return {
+        "kind": row.kind,
+        "payload": row.payload.decode(),
+        "run_at": row.run_at,
+        "unique_key": row.unique_key,
+    }
+
+
+async def _insert(conn: psycopg.AsyncConnection[Any], row: NewRow) -> int | None:
+    cur = await conn.execute(SQL["push"], _params(row))
+    found = await cur.fetchone()
+    return None if found is None else int(found[0])
+
+
+def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool) -> None:
+    if status == pq.TransactionStatus.INTRANS:
+        return
+    if status == pq.TransactionStatus.IDLE and not autocommit:
+        return  # the INSERT opens the transaction, and the caller commits it
+    raise Refusal(
+        "push_in got a psycopg connection with no open transaction, so the row would commit on "
+        "its own: use `async with conn.transaction():` (or a connection without autocommit)"
+    )
+
+
+async def _push_sqlalchemy(tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+    """Write through a SQLAlchemy Session, AsyncSession, Connection or AsyncConnection."""
+    from sqlalchemy import Connection, text
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
+
+    statement = text(SQL["push_sqlalchemy"])
+    answers: list[int | None] = []
+    for row in rows:
+        if isinstance(tx, AsyncSession | AsyncConnection):
+            result = await tx.execute(statement, _params(row))
+        elif isinstance(tx, Session | Connection):
+            result = tx.execute(statement, _params(row))
+        else:
+            raise Refusal(
+                f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"
+            )
+        found = result.first()
+        answers.append(None if found is None else int(found[0]))
+    return answers
+
+
+def _statement(end: End) -> tuple[str, tuple[object, ...]]:
+    name, params = end_statement(end)
+    return SQL[name], params

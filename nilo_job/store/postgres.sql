@@ -1,0 +1,104 @@
+-- The PostgreSQL store's statements, one named statement each, loaded once by postgres.py.
+-- Times are microseconds since the epoch (bigint), handed in by the queue.
+
+-- name: create
+CREATE TABLE IF NOT EXISTS nilo_jobs (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- never reused
+    kind        text    NOT NULL,
+    payload     json    NOT NULL,                   -- the JSON the queue encoded, kept verbatim
+    state       text    NOT NULL CHECK (state IN ('queued', 'running', 'dead')),
+    run_at      bigint  NOT NULL,                   -- due at, µs
+    lease_until bigint,                             -- while running, µs
+    attempts    integer NOT NULL DEFAULT 0,         -- claims so far, this one included
+    unique_key  text,                               -- NULL once the row is dead
+    error       text,                               -- the last failure's exception class name
+    detail      text,                               -- its message
+    died_at     bigint                              -- µs, while dead
+);
+CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key);
+CREATE INDEX IF NOT EXISTS nilo_jobs_due ON nilo_jobs (run_at, id) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS nilo_jobs_lease ON nilo_jobs (lease_until, id) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state = 'dead';
+
+-- name: columns
+SELECT column_name FROM information_schema.columns
+WHERE table_name = 'nilo_jobs' AND table_schema = current_schema();
+
+-- name: now
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- name: push
+WITH pushed AS (
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
+    VALUES (%(kind)s, %(payload)s::json, 'queued', %(run_at)s, 0, %(unique_key)s)
+    ON CONFLICT (kind, unique_key) DO NOTHING
+    RETURNING id)
+SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed;
+
+-- name: push_sqlalchemy
+WITH pushed AS (
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
+    VALUES (:kind, CAST(:payload AS json), 'queued', :run_at, 0, :unique_key)
+    ON CONFLICT (kind, unique_key) DO NOTHING
+    RETURNING id)
+SELECT id, pg_notify('nilo_jobs', CAST(id AS text)) FROM pushed;
+
+-- name: claim
+WITH due AS (
+    (SELECT id, run_at FROM nilo_jobs
+     WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s)
+     ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+    UNION ALL
+    (SELECT id, run_at FROM nilo_jobs
+     WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s)
+     ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+), picked AS (
+    SELECT id FROM due ORDER BY run_at, id LIMIT %(limit)s
+)
+UPDATE nilo_jobs AS job
+SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1
+FROM picked WHERE job.id = picked.id
+RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key;
+
+-- name: done
+DELETE FROM nilo_jobs WHERE id = %s AND state = 'running' AND attempts = %s;
+
+-- name: retrying
+UPDATE nilo_jobs
+SET state = 'queued', run_at = %s, lease_until = NULL, error = %s, detail = %s,
+    unique_key = CASE WHEN %s THEN NULL ELSE unique_key END
+WHERE id = %s AND state = 'running' AND attempts = %s;
+
+-- name: died
+UPDATE nilo_jobs
+SET state = 'dead', died_at = %s, lease_until = NULL, unique_key = NULL, error = %s, detail = %s
+WHERE id = %s AND state = 'running' AND attempts = %s;
+
+-- name: released
+UPDATE nilo_jobs
+SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1
+WHERE id = %s AND state = 'running' AND attempts = %s;
+
+-- name: release_key
+UPDATE nilo_jobs SET unique_key = NULL
+WHERE id = %s AND state = 'running' AND attempts = %s AND unique_key IS NOT NULL;
+
+-- name: cancel
+DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
+
+-- name: stats
+SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
+       (SELECT count(*) FROM nilo_jobs WHERE state = 'running'),
+       (SELECT count(*) FROM nilo_jobs WHERE state = 'dead');
+
+-- name: dead_ones
+SELECT id, kind, error, attempts, payload::text, died_at FROM nilo_jobs
+WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
+
+-- name: retry_dead
+WITH again AS (
+    UPDATE nilo_jobs
+    SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, died_at = NULL
+    WHERE id = %s AND state = 'dead'
+    RETURNING id)
+SELECT id, pg_notify('nilo_jobs', id::text) FROM again;
