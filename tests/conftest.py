@@ -6,8 +6,10 @@ test of both. `t` is a fixed moment a second after the test started, in microsec
 epoch: rows pushed without `at=` are due by then, and `drain_at(t + …)` moves the clock exactly.
 """
 
+import os
 import sys
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +25,74 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+PG_SERVER = os.environ.get("NILO_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+"""The PostgreSQL server the tests use: trust auth, user postgres (this machine's and CI's)."""
+TEMPLATE = "nilo_template"
+
+
+def _admin() -> object:
+    import psycopg
+
+    return psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3)
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> str:
+    """A template database holding an empty nilo_jobs table, made once per test session.
+
+    Without a server the PostgreSQL tests skip with the reason, except in CI (CI=true), where
+    a missing server is a failure.
+    """
+    try:
+        import psycopg
+
+        admin = _admin()
+    except Exception as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs PostgreSQL at {PG_SERVER}: {error}")
+        pytest.skip(f"no PostgreSQL at {PG_SERVER}: {error}")
+    assert isinstance(admin, psycopg.Connection)
+    with admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {TEMPLATE}")
+    from nilo_job.store.postgres import SQL
+
+    with psycopg.connect(f"{PG_SERVER}/{TEMPLATE}", autocommit=True) as conn:
+        for statement in SQL["create"].split(";"):
+            if statement.strip():
+                conn.execute(statement)  # type: ignore[call-overload]
+    return TEMPLATE
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """The URL of a fresh database with an empty nilo_jobs table, dropped after the test."""
+    import psycopg
+
+    name = f"nilo_t_{uuid.uuid4().hex[:12]}"
+    admin = _admin()
+    assert isinstance(admin, psycopg.Connection)
+    with admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
+    try:
+        yield f"{PG_SERVER}/{name}"
+    finally:
+        with _admin() as admin:  # type: ignore[attr-defined]
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """A fresh, empty store of each kind that ships."""
     if request.param == "memory":
         yield job.Memory(bytes=1 << 20)
+        return
+    if request.param == "postgres":
+        table = job.Table(request.getfixturevalue("pg_url"))
+        try:
+            yield table
+        finally:
+            await table.close()
         return
     table = job.Table(f"sqlite:///{tmp_path}/q.db")
     await table.create_missing()

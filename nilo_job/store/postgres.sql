@@ -44,16 +44,17 @@ WITH pushed AS (
 SELECT id, pg_notify('nilo_jobs', CAST(id AS text)) FROM pushed;
 
 -- name: claim
-WITH due AS (
-    (SELECT id, run_at FROM nilo_jobs
-     WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s)
-     ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-    UNION ALL
-    (SELECT id, run_at FROM nilo_jobs
-     WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s)
-     ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+WITH queued AS (
+    SELECT id, run_at FROM nilo_jobs
+    WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s)
+    ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, run_at FROM nilo_jobs
+    WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s)
+    ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM due ORDER BY run_at, id LIMIT %(limit)s
+    SELECT id FROM (SELECT id, run_at FROM queued UNION ALL SELECT id, run_at FROM expired) AS due
+    ORDER BY run_at, id LIMIT %(limit)s
 )
 UPDATE nilo_jobs AS job
 SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1
