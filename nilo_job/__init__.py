@@ -22,6 +22,7 @@ from ._errors import (
     TimedOut,
 )
 from ._queue import Jobs
+from ._redis_space import RedisSpace
 from ._schedule import Cron, Every, Schedule, cron, every
 from ._spaces import MemorySpace, Space
 from ._table import Table
@@ -57,6 +58,7 @@ __all__ = [
     "Overlap",
     "PayloadTooLarge",
     "QueueFull",
+    "RedisSpace",
     "Refusal",
     "Retry",
     "Run",

@@ -21,7 +21,7 @@ import msgspec
 
 from . import _policy
 from ._clock import datetime_to_us, now_us
-from ._errors import BadPayload, Refusal, TimedOut
+from ._errors import BadPayload, Refusal, StoreUnavailable, TimedOut
 from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
 from ._spaces import Space
 from ._sync import SyncJobs
@@ -564,9 +564,38 @@ class Jobs:
             await asyncio.shield(done)
         return True
 
+    async def _write_end(self, kind: Kind, row: Claimed, end: End) -> bool | None:
+        """`store.finish([end])`, tried again while the store is unreachable, for as long as the
+        row's lease lasts: past it another worker may take the row, and this end no longer
+        matters. None when it could not be written (the row is then taken again after its
+        lease: at least once)."""
+        deadline = time.monotonic() + self.lease_ms / 1_000
+        pause = 0.05
+        while True:
+            try:
+                (applied,) = await self.store.finish([end])
+            except StoreUnavailable as error:
+                if time.monotonic() + pause > deadline:
+                    log.error(
+                        "%s row %d: its end could not be written (%s); the row runs again "
+                        "once its lease has passed",
+                        kind.name, row.id, error, extra={"kind": kind.name, "row": row.id},
+                    )  # fmt: skip
+                    return None
+                log.warning(
+                    "%s row %d: writing its end failed (%s); trying again in %.2f s",
+                    kind.name, row.id, error, pause, extra={"kind": kind.name, "row": row.id},
+                )  # fmt: skip
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            else:
+                return applied
+
     async def _end(self, kind: Kind, row: Claimed, end: End) -> None:
-        (applied,) = await self.store.finish([end])
+        applied = await self._write_end(kind, row, end)
         fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
+        if applied is None:
+            return
         if not applied:
             log.warning(
                 "%s row %d: the lease ran out and another worker took the row; this attempt's "

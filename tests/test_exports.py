@@ -22,6 +22,7 @@ EXPORTS = {
     "Overlap",
     "PayloadTooLarge",
     "QueueFull",
+    "RedisSpace",
     "Refusal",
     "Retry",
     "Run",

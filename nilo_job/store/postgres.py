@@ -86,6 +86,13 @@ class PostgresTable:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._pool is None or self._pool.closed:
+                # One plain connection first: a server that is down or a wrong password is
+                # said at once, in the driver's words, instead of after the pool's timeout.
+                try:
+                    probe = await psycopg.AsyncConnection.connect(self.conninfo)
+                except _DOWN as error:
+                    raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
+                await probe.close()
                 pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                     self.conninfo,
                     min_size=1,

@@ -1,0 +1,365 @@
+"""What only PostgreSQL does: push_in on the caller's psycopg or SQLAlchemy transaction, unique
+under concurrent processes, the claim's plan on a million dead rows, the SQLAlchemy table, the
+database's clock, and RedisSpace. The contract itself runs on PostgreSQL in test_contract.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import nilo_job as job
+
+HERE = Path(__file__).resolve().parent
+
+ran: list[int] = []
+
+
+@dataclasses.dataclass
+class Welcome:
+    nilo_job = "welcome"
+    retry = job.Retry.NONE
+
+    user_id: int
+
+    def run(self) -> None:
+        ran.append(self.user_id)
+
+
+@pytest.fixture
+async def jobs(pg_url: str) -> AsyncIterator[job.Jobs]:
+    ran.clear()
+    table = job.Table(pg_url)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+    yield queue
+    await table.close()
+
+
+@pytest.fixture
+def users(pg_url: str) -> str:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE users (id bigint PRIMARY KEY)")
+    return pg_url
+
+
+def sqlalchemy_url(pg_url: str, *, driver: str = "psycopg") -> str:
+    return pg_url.replace("postgresql://", f"postgresql+{driver}://", 1)
+
+
+# ------------------------------------------------------------------------------ push_in
+
+
+async def test_push_in_on_a_psycopg_async_connection_commits_or_rolls_back_with_it(
+    jobs: job.Jobs, users: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(users) as conn:
+        async with conn.transaction():
+            await conn.execute("INSERT INTO users (id) VALUES (1)")
+            assert await jobs.push_in(conn, Welcome(1)) is not None
+
+        async def sign_up_again() -> None:
+            async with conn.transaction():
+                await jobs.push_in(conn, Welcome(2))
+                await conn.execute("INSERT INTO users (id) VALUES (1)")  # fails: rolls back
+
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await sign_up_again()
+    assert await jobs.stats() == (1, 0, 0)
+    assert await jobs.drain() == 1
+    assert ran == [1]
+
+
+async def test_push_in_on_a_sync_psycopg_connection(jobs: job.Jobs, users: str) -> None:
+    with psycopg.connect(users) as conn:  # not autocommit: the INSERT opens the transaction
+        conn.execute("INSERT INTO users (id) VALUES (1)")
+        await jobs.push_in(conn, Welcome(1))
+        conn.rollback()
+        assert await jobs.stats() == (0, 0, 0)
+        conn.execute("INSERT INTO users (id) VALUES (2)")
+        await jobs.push_in(conn, Welcome(2))
+        conn.commit()
+    assert await jobs.drain() == 1
+    assert ran == [2]
+
+
+async def test_push_in_refuses_an_autocommit_connection_outside_a_transaction(
+    jobs: job.Jobs, pg_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(job.Refusal, match="no open transaction"):
+            await jobs.push_in(conn, Welcome(1))
+    assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_push_in_refuses_what_it_cannot_write_through_and_lists_what_it_accepts(
+    jobs: job.Jobs,
+) -> None:
+    with pytest.raises(job.Refusal) as refused:
+        await jobs.push_in(object(), Welcome(1))
+    for accepted in ("psycopg Connection", "AsyncConnection", "SQLAlchemy Session", "AsyncSession"):
+        assert accepted in str(refused.value)
+    assert await jobs.stats() == (0, 0, 0)
+
+
+def test_push_in_on_sqlalchemy_sessions_and_connections(pg_url: str, users: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session
+
+    ran.clear()
+    jobs = job.Jobs(kinds=[Welcome], store=job.Table(pg_url))
+    engine = create_engine(sqlalchemy_url(pg_url))
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO users (id) VALUES (1)"))
+        assert jobs.sync.push_in(session, Welcome(1)) is not None
+        session.rollback()
+    assert jobs.sync.stats() == (0, 0, 0)
+    with Session(engine) as session, session.begin():
+        session.execute(text("INSERT INTO users (id) VALUES (2)"))
+        jobs.sync.push_in(session, Welcome(2))
+    with engine.connect() as conn:
+        jobs.sync.push_in(conn, Welcome(3))
+        conn.commit()
+    engine.dispose()
+    assert jobs.sync.drain() == 2
+    assert sorted(ran) == [2, 3]
+
+
+async def test_push_in_on_sqlalchemy_async_sessions_and_connections(
+    jobs: job.Jobs, users: str
+) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    engine = create_async_engine(sqlalchemy_url(users))
+    async with AsyncSession(engine) as session:
+        await session.execute(text("INSERT INTO users (id) VALUES (1)"))
+        await jobs.push_in(session, Welcome(1))
+        await session.rollback()
+    assert await jobs.stats() == (0, 0, 0)
+    async with AsyncSession(engine) as session, session.begin():
+        await session.execute(text("INSERT INTO users (id) VALUES (2)"))
+        await jobs.push_in(session, Welcome(2))
+    async with engine.connect() as conn:
+        await jobs.push_in(conn, Welcome(3))
+        await conn.commit()
+    await engine.dispose()
+    assert await jobs.drain() == 2
+    assert sorted(ran) == [2, 3]
+
+
+async def test_a_key_pushed_in_a_rolled_back_transaction_is_free_for_the_next_push(
+    jobs: job.Jobs, pg_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        assert await jobs.push_in(conn, Welcome(1), unique="k") is not None
+        await conn.rollback()
+    assert await jobs.push(Welcome(1), unique="k") is not None
+    assert await jobs.push(Welcome(1), unique="k") is None
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+@pytest.mark.procs
+def test_ten_processes_pushing_one_key_at_once_make_one_row(pg_url: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    script = (
+        "import asyncio, os, sys, time\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "import nilo_job as job\n"
+        "from test_postgres import Welcome\n"
+        "async def main():\n"
+        "    jobs = job.Jobs(kinds=[Welcome], store=job.Table(sys.argv[1]))\n"
+        "    await jobs.store.open()\n"
+        "    while not os.path.exists(sys.argv[3]):\n"
+        "        time.sleep(0.001)\n"
+        "    print(await jobs.push(Welcome(1), unique='only-one'))\n"
+        "    await jobs.store.close()\n"
+        "asyncio.run(main())\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, pg_url, str(HERE), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(10)
+    ]
+    go.touch()
+    answers = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        answers.append(out.strip())
+    assert answers.count("None") == 9
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT kind, unique_key FROM nilo_jobs").fetchall()
+    assert rows == [("welcome", "only-one")]
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+def test_a_claim_on_a_million_dead_rows_reads_only_the_due_and_lease_indexes(
+    pg_url: str,
+) -> None:
+    """Dead rows stay (done ones are deleted): the claim must not look at them."""
+    from nilo_job.store.postgres import SQL
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, died_at) "
+            "SELECT 'welcome', '{\"user_id\": 1}', 'dead', g, 1, 'Boom', g "
+            "FROM generate_series(1, 1000000) AS g"
+        )
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at) "
+            "SELECT 'welcome', '{\"user_id\": 1}', 'queued', g FROM generate_series(1, 100) AS g"
+        )
+        conn.execute("ANALYZE nilo_jobs")
+        params = {"now": 50, "lease_until": 1_000, "limit": 4, "kinds": ["welcome"]}
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + SQL["claim"],  # type: ignore[operator]
+                params,
+            ).fetchall()
+        )
+    assert "Seq Scan" not in plan, plan
+    assert "Index Scan using nilo_jobs_due" in plan, plan
+    assert "nilo_jobs_lease" in plan, plan
+
+
+# ------------------------------------------------------------------------- DDL and clock
+
+
+async def test_the_sqlalchemy_table_is_the_table_check_expects(pg_url: str) -> None:
+    from sqlalchemy import MetaData, create_engine
+
+    from nilo_job.sqlalchemy_table import nilo_jobs_table
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE nilo_jobs")
+    metadata = MetaData()
+    nilo_jobs_table(metadata)
+    engine = create_engine(sqlalchemy_url(pg_url))
+    metadata.create_all(engine)
+    engine.dispose()
+    table = job.Table(pg_url)
+    await table.check()
+    jobs = job.Jobs(kinds=[Welcome], store=table)
+    ran.clear()
+    await jobs.push(Welcome(5), unique="u")
+    assert await jobs.push(Welcome(5), unique="u") is None
+    assert await jobs.drain() == 1
+    assert ran == [5]
+    with psycopg.connect(pg_url) as conn:
+        indexes = {
+            row[0]
+            for row in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'nilo_jobs'"
+            ).fetchall()
+        }
+    assert {"nilo_jobs_unique", "nilo_jobs_due", "nilo_jobs_lease", "nilo_jobs_dead"} <= indexes
+    await table.close()
+
+
+async def test_the_ddl_is_offered_as_text(pg_url: str) -> None:
+    table = job.Table(pg_url)
+    assert "CREATE TABLE IF NOT EXISTS nilo_jobs" in table.ddl  # type: ignore[attr-defined]
+    await table.close()
+
+
+async def test_check_says_what_is_wrong_with_a_missing_table(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE nilo_jobs")
+    table = job.Table(pg_url)
+    with pytest.raises(job.StoreUnavailable, match="there is no nilo_jobs table"):
+        await table.check()
+    await table.create_missing()
+    await table.create_missing()
+    await table.check()
+    await table.close()
+
+
+async def test_an_unreachable_server_is_a_store_error_with_a_sentence() -> None:
+    table = job.Table("postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
+    with pytest.raises(job.StoreUnavailable, match="cannot reach PostgreSQL"):
+        await table.ping()
+    jobs = job.Jobs(kinds=[Welcome], store=table)
+    assert await jobs.ready() is False
+    await table.close()
+
+
+async def test_serve_follows_the_database_clock(pg_url: str) -> None:
+    table = job.Table(pg_url)
+    jobs = job.Jobs(kinds=[Welcome], store=table)
+    database_now = await table.now_us()
+    assert database_now is not None
+    assert abs(database_now - job.now_us()) < 5_000_000
+    await jobs._follow_store_clock()
+    assert abs(jobs._clock() - job.now_us()) < 1_000_000
+    await table.close()
+
+
+# ------------------------------------------------------------------------------ RedisSpace
+
+
+@pytest.fixture
+async def redis_client() -> AsyncIterator[object]:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(os.environ.get("NILO_TEST_REDIS", "redis://127.0.0.1:6379/15"))
+    try:
+        await client.ping()
+    except Exception as error:
+        await client.aclose()
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs Redis: {error}")
+        pytest.skip(f"no Redis: {error}")
+    yield client
+    await client.aclose()
+
+
+async def test_redis_space_carries_status_between_two_queues(
+    pg_url: str, redis_client: object
+) -> None:
+    import uuid
+
+    name = f"nilo-test-{uuid.uuid4().hex[:8]}"
+    worker_side = job.Jobs(
+        kinds=[Welcome],
+        store=job.Table(pg_url),
+        status=job.RedisSpace(redis_client, name=name, ttl_s=60),
+    )
+    web_side = job.Jobs(
+        kinds=[Welcome],
+        store=job.Table(pg_url),
+        status=job.RedisSpace(redis_client, name=name, ttl_s=60),
+    )
+    row = await web_side.push(Welcome(1))
+    assert await web_side.status(row) == job.Status(job.State.QUEUED, 0, None)
+    assert await worker_side.drain() == 1
+    assert await web_side.status(row) == job.Status(job.State.DONE, 1, None)
+    space = job.RedisSpace(redis_client, name=name, ttl_s=60)
+    assert await space.add("k", b"1") is True
+    assert await space.add("k", b"2") is False
+    assert await space.get("k") == b"1"
+    await space.delete("k")
+    assert await space.get("k") is None
+    await worker_side.store.close()
+    await web_side.store.close()
+
+
+def test_redis_space_refuses_a_sync_client() -> None:
+    import redis
+
+    with pytest.raises(job.Refusal, match=r"redis\.asyncio\.Redis"):
+        job.RedisSpace(redis.Redis(), name="x", ttl_s=10)
