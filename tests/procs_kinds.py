@@ -14,7 +14,10 @@ from pathlib import Path
 import nilo_job as job
 
 DB = os.environ.get("NILO_TEST_DB", ":memory:")
+STORE = os.environ.get("NILO_TEST_STORE") or f"sqlite:///{DB}"
 OUT = Path(os.environ.get("NILO_TEST_OUT", "."))
+TIMEOUT_MS = int(os.environ.get("NILO_TEST_TIMEOUT_MS", "60000"))
+POLL_MS = int(os.environ.get("NILO_TEST_POLL_MS", "50"))
 
 
 @dataclass
@@ -32,12 +35,39 @@ class Record:
 
 
 @dataclass
+class Work:
+    """Takes a few milliseconds, then records its number, attempt and process."""
+
+    nilo_job = "work"
+    retry = job.Retry(times=5, backoff=job.Fixed(ms=10))
+
+    n: int
+
+    async def run(self, tick: job.Tick) -> None:
+        await asyncio.sleep(0.004)
+        with (OUT / f"work-{os.getpid()}.log").open("a") as out:
+            out.write(f"{self.n} {tick.attempts}\n")
+
+
+@dataclass
+class Stamp:
+    """Records the moment it started, to measure push-to-start across processes."""
+
+    nilo_job = "stamp"
+    retry = job.Retry.NONE
+
+    n: int
+
+    async def run(self) -> None:
+        (OUT / f"stamp-{self.n}").write_text(str(job.now_us()))
+
+
+@dataclass
 class Hang:
     """Says it started, then hangs in a worker process (NILO_TEST_HANG=1); returns elsewhere."""
 
     nilo_job = "hang"
     retry = job.Retry(times=3)
-    timeout_ms = 5_000
 
     n: int
 
@@ -63,4 +93,9 @@ class Brief:
         (OUT / f"finished-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
 
 
-jobs = job.Jobs(kinds=[Record, Hang, Brief], store=job.Table(f"sqlite:///{DB}"), poll_ms=50)
+jobs = job.Jobs(
+    kinds=[Record, Work, Stamp, Hang, Brief],
+    store=job.Table(STORE),
+    poll_ms=POLL_MS,
+    timeout_ms=TIMEOUT_MS,
+)
