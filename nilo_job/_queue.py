@@ -21,8 +21,9 @@ import msgspec
 
 from . import _policy
 from ._clock import datetime_to_us, now_us
-from ._errors import BadPayload, Refusal, StoreUnavailable, TimedOut
+from ._errors import BadPayload, LeaseLost, Refusal, StoreUnavailable, TimedOut
 from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
+from ._observe import Observer, Outcome, around
 from ._spaces import Space
 from ._sync import SyncJobs
 from ._values import Dead, Missed, Overlap, Run, State, Stats, Status, Tick
@@ -120,6 +121,7 @@ class Jobs:
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self._busy: dict[int, asyncio.Future[None]] = {}
         self._progress: dict[int, int] = {}
+        self._observers: tuple[Observer, ...] = ()
 
     def __repr__(self) -> str:
         return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
@@ -249,7 +251,8 @@ class Jobs:
         if within is not None and not await within.add(mark, b"1"):
             return None
         try:
-            (row_id,) = await self.store.push([row])
+            with self._pushing(kind.name):
+                (row_id,) = await self.store.push([row])
         except BaseException:
             if within is not None:
                 await within.delete(mark)
@@ -287,9 +290,28 @@ class Jobs:
             Refusal: `tx` is not one the store can write through (the message lists them), the
                 store is a `job.Memory`, or the options cannot go together.
         """
-        _kind, row = self._new_row(value, after_ms, at, unique)
-        (row_id,) = await self.store.push_in(tx, [row])
+        kind, row = self._new_row(value, after_ms, at, unique)
+        with self._pushing(kind.name):
+            (row_id,) = await self.store.push_in(tx, [row])
         return row_id
+
+    def observe(self, observer: Observer) -> None:
+        """Tell `observer` about every push, claim, run and end from now on (metrics, tracing).
+
+        Raises:
+            Refusal: `observer` lacks a method of `nilo_job._observe.Observer`.
+        """
+        if not isinstance(observer, Observer):
+            raise Refusal(
+                f"observe({observer!r}): an observer has pushing, claimed, running and ended; "
+                "see nilo_job.metrics for one"
+            )
+        self._observers = (*self._observers, observer)
+
+    def _pushing(self, kind: str) -> contextlib.AbstractContextManager[None]:
+        if not self._observers:
+            return contextlib.nullcontext()
+        return around([observer.pushing(kind) for observer in self._observers])
 
     def wake(self) -> None:
         """Wake an idle worker of this process now, instead of at its next poll.
@@ -481,9 +503,8 @@ class Jobs:
                     "%s row %d: tick due at %d is later than its successor; dropped",
                     kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
                 )  # fmt: skip
-                await self._end(
-                    kind, row, Done(row.id, row.attempts, self._tick_row(kind, row.run_at, now))
-                )
+                next_tick = self._tick_row(kind, row.run_at, now)
+                await self._end(kind, row, Done(row.id, row.attempts, next_tick), dropped=True)
                 return False
             if kind.overlap is Overlap.QUEUE:
                 # The next tick may start while this one runs: hand the key on now.
@@ -543,22 +564,31 @@ class Jobs:
                 kwargs[param.name] = getattr(self.deps, param.attr)
         timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
         error: BaseException | None = None
+        watch = (
+            around([observer.running(kind.name, tick) for observer in self._observers])
+            if self._observers
+            else contextlib.nullcontext()
+        )
+        began = time.monotonic()
         try:
-            if kind.is_async:
-                await _call_async(kind, value, kwargs, timeout_s)
-            else:
-                await _call_in_thread(kind, value, kwargs, timeout_s, done)
+            with watch:
+                if kind.is_async:
+                    await _call_async(kind, value, kwargs, timeout_s)
+                else:
+                    await _call_in_thread(kind, value, kwargs, timeout_s, done)
         except asyncio.CancelledError:
             # The worker is shutting down past its grace: give the row back unrun.
-            await asyncio.shield(self._end(kind, row, Released(row.id, row.attempts, clock())))
+            released = Released(row.id, row.attempts, clock())
+            await asyncio.shield(self._end(kind, row, released, time.monotonic() - began))
             raise
         except Exception as failure:
             error = failure
+        seconds = time.monotonic() - began
         ended = clock()
         # Overlap.SKIP: the next tick is computed from the clock when the run ends.
         then = self._tick_row(kind, row.run_at, ended) if hand_on_at_end else None
         end = _policy.decide(kind, row, error, ended, then)
-        await asyncio.shield(self._end(kind, row, end))
+        await asyncio.shield(self._end(kind, row, end, seconds))
         if not kind.is_async:
             # A timed-out thread still running: the row stays busy in this process until it ends.
             await asyncio.shield(done)
@@ -591,7 +621,9 @@ class Jobs:
             else:
                 return applied
 
-    async def _end(self, kind: Kind, row: Claimed, end: End) -> None:
+    async def _end(
+        self, kind: Kind, row: Claimed, end: End, seconds: float = 0.0, *, dropped: bool = False
+    ) -> None:
         applied = await self._write_end(kind, row, end)
         fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
         if applied is None:
@@ -600,9 +632,12 @@ class Jobs:
             log.warning(
                 "%s row %d: the lease ran out and another worker took the row; this attempt's "
                 "end was not written",
-                kind.name, row.id, extra=fields,
+                kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
             )  # fmt: skip
             return
+        for observer in self._observers:
+            outcome: Outcome = "dropped" if dropped else _outcome(end)
+            observer.ended(kind.name, outcome, _error_of(end), seconds)
         progress = self._progress.pop(row.id, None)
         if isinstance(end, Done):
             await self._put_status(row.id, State.DONE, row.attempts, progress)
@@ -719,13 +754,17 @@ class Jobs:
         claim = asyncio.ensure_future(
             self.store.claim(self._names, now, now + self.lease_ms * 1_000, limit)
         )
+        began = time.monotonic()
         try:
-            return await asyncio.shield(claim)
+            rows = await asyncio.shield(claim)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 rows = await claim
                 await self.store.finish([Released(r.id, r.attempts, r.run_at) for r in rows])
             raise
+        for observer in self._observers:
+            observer.claimed(len(rows), time.monotonic() - began)
+        return rows
 
     async def _stop(self, running: set[asyncio.Task[bool]], grace_ms: int) -> None:
         """Let running rows finish for `grace_ms`, then cancel them (their rows are released).
@@ -773,6 +812,20 @@ class Jobs:
 _STORE_METHODS = tuple(
     name for name in vars(Store) if not name.startswith("_") and callable(getattr(Store, name))
 )
+
+
+def _outcome(end: End) -> Outcome:
+    if isinstance(end, Done):
+        return "done"
+    if isinstance(end, Retrying):
+        return "retry"
+    if isinstance(end, Died):
+        return "dead"
+    return "released"
+
+
+def _error_of(end: End) -> str | None:
+    return end.error if isinstance(end, Retrying | Died) else None
 
 
 def _status_key(row_id: int) -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from typing import Any
 
 from .._errors import StoreUnavailable
-from .contract import Died, Done, End, Released, Retrying
+from .contract import Died, Done, End, Released, Retrying, RowView, check_state
 
 COLUMNS = frozenset(
     {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
@@ -64,3 +65,18 @@ def check_columns(where: str, found: set[str]) -> None:
             f"the nilo_jobs table in {where} is not nilo-job's, or is from another version: "
             f"it lacks {', '.join(sorted(missing))}"
         )
+
+
+def rows_statement(state: str) -> str:
+    """The name of the statement that lists rows in `state`.
+
+    Raises:
+        Refusal: `state` is not one a row can be in.
+    """
+    return f"rows_{check_state(state)}"
+
+
+def row_view(r: Any) -> RowView:
+    """A `RowView` from the columns of a `rows_*` statement, payload as text or bytes."""
+    payload = r[3] if isinstance(r[3], bytes) else str(r[3]).encode()
+    return RowView(r[0], r[1], r[2], payload, r[4], r[5], r[6], r[7], r[8], r[9])

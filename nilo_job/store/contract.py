@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 from .._values import Stats
 
 __all__ = [
+    "ROW_STATES",
     "Claimed",
     "DeadRow",
     "Died",
@@ -27,7 +28,9 @@ __all__ = [
     "NewRow",
     "Released",
     "Retrying",
+    "RowView",
     "Store",
+    "check_state",
 ]
 
 
@@ -129,6 +132,39 @@ class DeadRow:
     died_at: int
 
 
+@dataclass(frozen=True, slots=True)
+class RowView:
+    """A row as an operator sees it (the dashboard, `nilo-job` commands): every column."""
+
+    id: int
+    kind: str
+    state: str
+    payload: bytes
+    run_at: int
+    attempts: int
+    unique_key: str | None
+    lease_until: int | None
+    error: str | None
+    died_at: int | None
+
+
+ROW_STATES = ("queued", "running", "dead")
+"""The states a stored row can be in (a done row is deleted)."""
+
+
+def check_state(state: str) -> str:
+    """`state`, if a stored row can be in it.
+
+    Raises:
+        Refusal: it cannot.
+    """
+    if state not in ROW_STATES:
+        from .._errors import Refusal
+
+        raise Refusal(f"rows(state={state!r}): a row is 'queued', 'running' or 'dead'")
+    return state
+
+
 @runtime_checkable
 class Store(Protocol):
     """What every store (Memory, SQLite, PostgreSQL) does. All methods are coroutines.
@@ -209,6 +245,13 @@ class Store(Protocol):
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         """The dead rows, newest first (by `died_at`, then id), at most `limit`."""
+
+    async def rows(self, state: str, limit: int) -> list[RowView]:
+        """At most `limit` rows in `state` ("queued", "running" or "dead"): queued and running
+        ones by `run_at` then id, dead ones newest first (by `died_at`, then id)."""
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        """How many rows there are of each (kind, state) that has any."""
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         """Queue a dead row again, due at `now_us`, from attempt one with no error; True if it was

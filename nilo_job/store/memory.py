@@ -14,7 +14,18 @@ from dataclasses import dataclass
 
 from .._errors import PayloadTooLarge, QueueFull, Refusal
 from .._values import Stats
-from .contract import Claimed, DeadRow, Died, Done, End, NewRow, Released, Retrying
+from .contract import (
+    Claimed,
+    DeadRow,
+    Died,
+    Done,
+    End,
+    NewRow,
+    Released,
+    Retrying,
+    RowView,
+    check_state,
+)
 
 
 @dataclass(slots=True)
@@ -213,6 +224,37 @@ class Memory:
             DeadRow(row.id, row.kind, row.error or "", row.attempts, row.payload, row.died_at or 0)
             for row in dead[:limit]
         ]
+
+    async def rows(self, state: str, limit: int) -> list[RowView]:
+        check_state(state)
+        with self._lock:
+            found = [row for row in self._rows.values() if row.state == state]
+        if state == "dead":
+            found.sort(key=lambda row: (row.died_at or 0, row.id), reverse=True)
+        else:
+            found.sort(key=lambda row: (row.run_at, row.id))
+        return [
+            RowView(
+                row.id,
+                row.kind,
+                row.state,
+                row.payload,
+                row.run_at,
+                row.attempts,
+                row.unique_key,
+                row.lease_until if row.state == "running" else None,
+                row.error,
+                row.died_at,
+            )
+            for row in found[:limit]
+        ]
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for row in self._rows.values():
+                counts[(row.kind, row.state)] = counts.get((row.kind, row.state), 0) + 1
+        return counts
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         with self._lock:

@@ -22,7 +22,9 @@ from .._errors import Refusal, StoreUnavailable
 from .._values import Stats
 from . import _sql
 from ._sql import check_columns, end_statement
-from .contract import Claimed, DeadRow, End, NewRow
+from ._sql import row_view as _row_view
+from ._sql import rows_statement as _rows_statement
+from .contract import Claimed, DeadRow, End, NewRow, RowView
 
 log = logging.getLogger("nilo_job")
 
@@ -254,6 +256,24 @@ class PostgresTable:
 
         rows: list[DeadRow] = await self._run(dead)
         return rows
+
+    async def rows(self, state: str, limit: int) -> list[RowView]:
+        query = SQL[_rows_statement(state)]
+
+        async def rows(conn: psycopg.AsyncConnection[Any]) -> list[RowView]:
+            cur = await conn.execute(query, (limit,))
+            return [_row_view(r) for r in await cur.fetchall()]
+
+        found: list[RowView] = await self._run(rows)
+        return found
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        async def counts(conn: psycopg.AsyncConnection[Any]) -> dict[tuple[str, str], int]:
+            cur = await conn.execute(SQL["counts"])
+            return {(kind, state): n for kind, state, n in await cur.fetchall()}
+
+        found: dict[tuple[str, str], int] = await self._run(counts)
+        return found
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         row = await self._one(SQL["retry_dead"], (now_us, row_id))

@@ -87,6 +87,21 @@ WHERE id = %s AND state = 'running' AND attempts = %s AND unique_key IS NOT NULL
 -- name: cancel
 DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
 
+-- name: rows_queued
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at
+FROM nilo_jobs WHERE state = 'queued' ORDER BY run_at, id LIMIT %s;
+
+-- name: rows_running
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at
+FROM nilo_jobs WHERE state = 'running' ORDER BY run_at, id LIMIT %s;
+
+-- name: rows_dead
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at
+FROM nilo_jobs WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
+
+-- name: counts
+SELECT kind, state, count(*) FROM nilo_jobs GROUP BY kind, state;
+
 -- name: stats
 SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
        (SELECT count(*) FROM nilo_jobs WHERE state = 'running'),

@@ -22,7 +22,9 @@ from .._errors import Refusal, StoreUnavailable
 from .._values import Stats
 from . import _sql
 from ._sql import check_columns, end_statement
-from .contract import Claimed, DeadRow, End, NewRow
+from ._sql import row_view as _row_view
+from ._sql import rows_statement as _rows_statement
+from .contract import Claimed, DeadRow, End, NewRow, RowView
 
 T = TypeVar("T")
 
@@ -274,6 +276,15 @@ class SqliteTable:
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         rows = await self._call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
         return [DeadRow(r[0], r[1], r[2] or "", r[3], r[4].encode(), r[5] or 0) for r in rows]
+
+    async def rows(self, state: str, limit: int) -> list[RowView]:
+        query = SQL[_rows_statement(state)]
+        found = await self._call(lambda conn: conn.execute(query, (limit,)).fetchall())
+        return [_row_view(r) for r in found]
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        found = await self._call(lambda conn: conn.execute(SQL["counts"]).fetchall())
+        return {(kind, state): n for kind, state, n in found}
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         return await self._call(

@@ -75,6 +75,21 @@ WHERE id = ? AND state = 'running' AND attempts = ? AND unique_key IS NOT NULL;
 -- name: cancel
 DELETE FROM nilo_jobs WHERE id = ? AND state = 'queued';
 
+-- name: rows_queued
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at
+FROM nilo_jobs WHERE state = 'queued' ORDER BY run_at, id LIMIT ?;
+
+-- name: rows_running
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at
+FROM nilo_jobs WHERE state = 'running' ORDER BY run_at, id LIMIT ?;
+
+-- name: rows_dead
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at
+FROM nilo_jobs WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?;
+
+-- name: counts
+SELECT kind, state, count(*) FROM nilo_jobs GROUP BY kind, state;
+
 -- name: stats
 SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
        (SELECT count(*) FROM nilo_jobs WHERE state = 'running'),

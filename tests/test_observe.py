@@ -1,0 +1,89 @@
+"""Observers see every push, claim, run and end: what metrics and tracing are built on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+import nilo_job as job
+
+
+class Boom(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Flaky:
+    nilo_job = "flaky"
+    retry = job.Retry(times=1)
+
+    fail: bool
+
+    def run(self) -> None:
+        if self.fail:
+            raise Boom("no")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[object, ...]] = []
+        self.ended_once = asyncio.Event()
+
+    @contextlib.contextmanager
+    def pushing(self, kind: str) -> Iterator[None]:
+        self.events.append(("push", kind))
+        yield
+
+    def claimed(self, rows: int, seconds: float) -> None:
+        assert seconds >= 0
+        self.events.append(("claimed", rows))
+
+    @contextlib.contextmanager
+    def running(self, kind: str, tick: job.Tick) -> Iterator[None]:
+        self.events.append(("run", kind, tick.attempts))
+        yield
+
+    def ended(self, kind: str, outcome: str, error: str | None, seconds: float) -> None:
+        assert seconds >= 0
+        self.events.append(("end", kind, outcome, error))
+        self.ended_once.set()
+
+
+async def test_an_observer_sees_pushes_runs_and_ends_in_order(store: job.Store, t: int) -> None:
+    jobs = job.Jobs(kinds=[Flaky], store=store)
+    seen = Recorder()
+    jobs.observe(seen)
+    await jobs.push(Flaky(fail=False), at=t)
+    await jobs.push(Flaky(fail=True), at=t + 1)
+    assert await jobs.drain_at(t + 1) == 3
+    assert seen.events == [
+        ("push", "flaky"),
+        ("push", "flaky"),
+        ("run", "flaky", 1),
+        ("end", "flaky", "done", None),
+        ("run", "flaky", 1),
+        ("end", "flaky", "retry", "Boom"),
+        ("run", "flaky", 2),
+        ("end", "flaky", "dead", "Boom"),
+    ]
+
+
+async def test_serve_reports_its_claims(store: job.Store) -> None:
+    jobs = job.Jobs(kinds=[Flaky], store=store, poll_ms=10)
+    seen = Recorder()
+    jobs.observe(seen)
+    await jobs.push(Flaky(fail=False))
+    async with jobs.serving():
+        await asyncio.wait_for(seen.ended_once.wait(), 30)
+    assert ("claimed", 1) in seen.events
+    assert ("end", "flaky", "done", None) in seen.events
+
+
+def test_an_observer_without_the_methods_is_refused() -> None:
+    jobs = job.Jobs(kinds=[Flaky], store=job.Memory())
+    with pytest.raises(job.Refusal, match="pushing, claimed, running and ended"):
+        jobs.observe(object())  # type: ignore[arg-type]
