@@ -27,7 +27,7 @@ if str(HERE) not in sys.path:
 
 PG_SERVER = os.environ.get("NILO_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 """The PostgreSQL server the tests use: trust auth, user postgres (this machine's and CI's)."""
-TEMPLATE = "nilo_template"
+TEMPLATE = f"nilo_template_{os.getpid()}"  # one per test session: sessions may run side by side
 
 
 def _admin() -> object:
@@ -37,7 +37,7 @@ def _admin() -> object:
 
 
 @pytest.fixture(scope="session")
-def pg_template() -> str:
+def pg_template() -> Iterator[str]:
     """A template database holding an empty nilo_jobs table, made once per test session.
 
     Without a server the PostgreSQL tests skip with the reason, except in CI (CI=true), where
@@ -61,7 +61,9 @@ def pg_template() -> str:
         for statement in SQL["create"].split(";"):
             if statement.strip():
                 conn.execute(statement)  # type: ignore[call-overload]
-    return TEMPLATE
+    yield TEMPLATE
+    with _admin() as admin:  # type: ignore[attr-defined]
+        admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
 
 
 @pytest.fixture
