@@ -262,6 +262,40 @@ class Jobs:
             self.wake()
         return row_id
 
+    async def push_many(
+        self,
+        values: Sequence[object],
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+    ) -> list[int]:
+        """Queue many values (of any of the kinds) in one transaction, for bulk loads.
+
+        All or nothing: every value is encoded and checked before anything is written, and the
+        rows are inserted together (one statement on PostgreSQL). Unique keys are not taken
+        here; push each keyed row with `push`.
+
+        Args:
+            values: the payloads, in order.
+            after_ms, at: as for `push`, the same for every row.
+
+        Returns:
+            The new rows' ids, in the order of `values`.
+
+        Raises:
+            Refusal: a value cannot be pushed (nothing is written).
+            QueueFull, PayloadTooLarge: the store has no room (Memory); nothing is written.
+        """
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise Refusal("push_many takes a list of values (instances of the queue's kinds)")
+        made = [self._new_row(value, after_ms, at, None) for value in values]
+        if not made:
+            return []
+        with self._pushing(made[0][0].name):
+            ids = await self.store.push([row for _kind, row in made])
+        self.wake()
+        return [row_id for row_id in ids if row_id is not None]
+
     async def push_in(
         self,
         tx: object,

@@ -35,6 +35,17 @@ WITH pushed AS (
     RETURNING id)
 SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed;
 
+-- name: push_bulk
+WITH pushed AS (
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts)
+    SELECT kind, payload::json, 'queued', run_at, 0
+    FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(run_ats)s::bigint[])
+        AS row(kind, payload, run_at)
+    RETURNING id)
+SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed WHERE id = (SELECT max(id) FROM pushed)
+UNION ALL
+SELECT id, NULL FROM pushed WHERE id <> (SELECT max(id) FROM pushed);
+
 -- name: push_sqlalchemy
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
