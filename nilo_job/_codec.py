@@ -67,11 +67,8 @@ class Codec:
             back = self._decoder.decode(data)
         except msgspec.ValidationError as error:
             raise Refusal(_explain(name, str(error)) + "; nothing was pushed") from None
-        if msgspec.to_builtins(back) != plain:
-            raise Refusal(
-                f"{name} would not come back from JSON as it was pushed: check each field's "
-                "value against its annotation; nothing was pushed"
-            )
+        if not _equal(back, value, plain):
+            raise Refusal(_difference(name, back, value) + "; nothing was pushed")
         return data
 
     def decode(self, data: bytes) -> Any:
@@ -81,6 +78,34 @@ class Codec:
             msgspec.ValidationError, msgspec.DecodeError: the JSON no longer fits the class.
         """
         return self._decoder.decode(data)
+
+
+def _equal(back: object, value: object, plain: object) -> bool:
+    """Whether what came back from JSON equals what was pushed: by the class's own `==` when
+    it has one (dataclasses and Structs compare field by field, types included, so a datetime
+    that came back as a str is not equal), else by the plain JSON values."""
+    if type(value).__eq__ is not object.__eq__:
+        return bool(back == value)
+    return bool(msgspec.to_builtins(back) == plain)
+
+
+def _difference(name: str, back: object, value: object) -> str:
+    """A sentence naming the first field that did not come back as it went."""
+    fields = (
+        [field.name for field in dataclasses.fields(value)]
+        if dataclasses.is_dataclass(value)
+        else list(getattr(value, "__struct_fields__", ()))
+    )
+    for field in fields:
+        went, came = getattr(value, field, None), getattr(back, field, None)
+        if went != came:
+            return (
+                f"{name}.{field} would not come back from JSON as it was pushed: "
+                f"{type(went).__name__} {went!r} would arrive as {type(came).__name__} "
+                f"{came!r}; give the field a type that says what it holds (not Any), or "
+                "convert the value first"
+            )
+    return f"{name} would not come back from JSON as it was pushed: check each field's value"
 
 
 def _explain(name: str, message: str) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -32,6 +33,7 @@ from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying
 log = logging.getLogger("nilo_job")
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
 _CLOCK_EVERY_US = 60_000_000  # how often serve re-reads a store's own clock
 
 SCHEDULE_KEY = "schedule"
@@ -116,10 +118,11 @@ class Jobs:
         self._clock_read_at = 0
         # The serving loop, and what wakes it; set while serve() runs.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._serve_pid = 0
         self._wakeup: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
         # Rows this process holds, by id, until their execution (thread included) has ended.
-        self._busy: dict[int, asyncio.Future[None]] = {}
+        self._busy: dict[int, _Execution] = {}
         self._progress: dict[int, int] = {}
         self._observers: tuple[Observer, ...] = ()
 
@@ -347,6 +350,13 @@ class Jobs:
             return contextlib.nullcontext()
         return around([observer.pushing(kind) for observer in self._observers])
 
+    def _serving_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop `serve` runs on in this process, if it runs here (not in a parent we forked
+        from)."""
+        if self._loop is None or self._serve_pid != os.getpid() or self._loop.is_closed():
+            return None
+        return self._loop
+
     def wake(self) -> None:
         """Wake an idle worker of this process now, instead of at its next poll.
 
@@ -377,6 +387,8 @@ class Jobs:
             True if the row was queued and is now gone; False once a worker holds it (the run
             finishes), or if there is no such row.
         """
+        if not _is_row_id(row_id):
+            return False
         gone = await self.store.cancel(row_id)
         if gone and self.space is not None:
             await self.space.delete(_status_key(row_id))
@@ -410,6 +422,8 @@ class Jobs:
         Returns:
             True if the row was dead; False if there is no dead row with that id.
         """
+        if not _is_row_id(row_id):
+            return False
         again = await self.store.retry_dead(row_id, self._clock())
         if again:
             await self._put_status(row_id, State.QUEUED, 0)
@@ -419,7 +433,7 @@ class Jobs:
     async def status(self, row_id: int) -> Status | None:
         """What the status Space remembers of the row, or None once it has forgotten it (or
         when the queue has no status Space). Rows pushed with `push_in` appear once claimed."""
-        if self.space is None:
+        if self.space is None or not _is_row_id(row_id):
             return None
         data = await self.space.get(_status_key(row_id))
         return None if data is None else _STATUS_DECODER.decode(data)
@@ -428,9 +442,15 @@ class Jobs:
         """Record how far the run of `row_id` has got (the kind decides what `n` means).
 
         It goes into the status Space beside the state and touches the table not at all; it
-        starts over with every attempt and is kept on done. A no-op without a status Space.
+        starts over with every attempt and is kept on done. A no-op without a status Space, and
+        for a row that is not running in this process (progress is the run's own figure).
+
+        Raises:
+            Refusal: `n` is not an int.
         """
-        if self.space is None:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise Refusal(f"progress(row, n={n!r}): n is an int the kind gives a meaning to")
+        if self.space is None or row_id not in self._busy:
             return
         self._progress[row_id] = n
         current = await self.status(row_id)
@@ -447,10 +467,11 @@ class Jobs:
             await self.space.put(_status_key(row_id), _STATUS.encode(status))
 
     async def ready(self) -> bool:
-        """False when the store cannot be reached, or when `serve` was started and its worker
-        loop is no longer alive; True otherwise (seed: `nilo_ready`)."""
+        """False when the store cannot be reached or has no usable table (the store says so), or
+        when `serve` was started and its worker loop is no longer alive; True otherwise (seed:
+        `nilo_ready`)."""
         try:
-            await self.store.ping()
+            await self.store.check()
         except Exception:
             return False
         task = self._serve_task
@@ -514,6 +535,10 @@ class Jobs:
         A row whose payload no longer fits its class is killed as `BadPayload` without running
         and the next due row is taken instead.
         """
+        if isinstance(now_us, bool) or not isinstance(now_us, int):
+            raise Refusal(f"drain_at({now_us!r}): microseconds since the epoch, as an int")
+        if not _INT64_MIN <= now_us <= _INT64_MAX - self.lease_ms * 1_000:
+            raise Refusal(f"drain_at({now_us}): a moment no store can hold; pass a nearer one")
         while True:
             rows = await self.store.claim(self._names, now_us, now_us + self.lease_ms * 1_000, 1)
             if not rows:
@@ -558,19 +583,30 @@ class Jobs:
             end = Died(row.id, row.attempts, clock(), BadPayload.__name__, str(error), then)
             await self._end(kind, row, end)
             return False
-        # Two executions of one row never overlap in this process: a timed-out sync run whose
-        # thread is still going keeps the row busy until the thread returns.
-        while (previous := self._busy.get(row.id)) is not None:
-            await asyncio.shield(previous)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._busy[row.id] = done
+        # Two executions of one row never overlap in this process: while a timed-out sync run's
+        # thread is still going, a new claim of its row is given back, due a second later.
+        previous = self._busy.get(row.id)
+        if previous is not None and not previous.ended.done():
+            log.info(
+                "%s row %d: an earlier run's thread is still going here; the row is queued "
+                "again for a second from now",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+            again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
+            await self._write_end(kind, row, again)
+            return False
+        execution = _Execution(asyncio.get_running_loop().create_future())
+        self._busy[row.id] = execution
+        execution.ended.add_done_callback(lambda _: self._forget(row.id, execution))
         try:
-            return await self._run(kind, row, value, clock, done, then is not None)
+            return await self._run(kind, row, value, clock, execution, then is not None)
         finally:
-            if not done.done():
-                done.set_result(None)
-            if self._busy.get(row.id) is done:
-                del self._busy[row.id]
+            if kind.is_async or not execution.thread_started:
+                execution.end()
+
+    def _forget(self, row_id: int, execution: _Execution) -> None:
+        if self._busy.get(row_id) is execution:
+            del self._busy[row_id]
 
     async def _run(
         self,
@@ -578,7 +614,7 @@ class Jobs:
         row: Claimed,
         value: object,
         clock: Callable[[], int],
-        done: asyncio.Future[None],
+        execution: _Execution,
         hand_on_at_end: bool,
     ) -> bool:
         started = clock()
@@ -609,14 +645,26 @@ class Jobs:
                 if kind.is_async:
                     await _call_async(kind, value, kwargs, timeout_s)
                 else:
-                    await _call_in_thread(kind, value, kwargs, timeout_s, done)
-        except asyncio.CancelledError:
-            # The worker is shutting down past its grace: give the row back unrun.
-            released = Released(row.id, row.attempts, clock())
-            await asyncio.shield(self._end(kind, row, released, time.monotonic() - began))
-            raise
-        except Exception as failure:
-            error = failure
+                    await _call_in_thread(kind, value, kwargs, timeout_s, execution)
+        except asyncio.CancelledError as cancelled:
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                error = cancelled  # raised by the run itself: a failure like any other
+            elif execution.ended.done() or kind.is_async:
+                # The worker is shutting down past its grace: give the row back unrun.
+                released = Released(row.id, row.attempts, clock())
+                await asyncio.shield(self._end(kind, row, released, time.monotonic() - began))
+                raise
+            else:
+                # A thread cannot be stopped: the row stays running under its lease, so that
+                # nobody starts it again while the thread may still be at it.
+                raise
+        except KeyboardInterrupt:
+            if kind.is_async:
+                raise  # a Ctrl-C of this process, not the run's doing
+            error = KeyboardInterrupt("the run raised KeyboardInterrupt")
+        except BaseException as failure:
+            error = failure  # SystemExit and the like from a run end the attempt, not the worker
         seconds = time.monotonic() - began
         ended = clock()
         # Overlap.SKIP: the next tick is computed from the clock when the run ends.
@@ -624,8 +672,8 @@ class Jobs:
         end = _policy.decide(kind, row, error, ended, then)
         await asyncio.shield(self._end(kind, row, end, seconds))
         if not kind.is_async:
-            # A timed-out thread still running: the row stays busy in this process until it ends.
-            await asyncio.shield(done)
+            # A timed-out thread still running keeps its worker slot until it returns.
+            await asyncio.shield(execution.ended)
         return True
 
     async def _write_end(self, kind: Kind, row: Claimed, end: End) -> bool | None:
@@ -717,6 +765,7 @@ class Jobs:
         await self._follow_store_clock()
         await self.seed()
         self._loop = asyncio.get_running_loop()
+        self._serve_pid = os.getpid()
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
         running: set[asyncio.Task[bool]] = set()
@@ -862,6 +911,17 @@ def _error_of(end: End) -> str | None:
     return end.error if isinstance(end, Retrying | Died) else None
 
 
+def _is_row_id(row_id: object) -> bool:
+    """Whether `row_id` could name a row; a non-int is refused with a sentence.
+
+    Raises:
+        Refusal: `row_id` is not an int.
+    """
+    if isinstance(row_id, bool) or not isinstance(row_id, int):
+        raise Refusal(f"a row id is the int that push returned, not {row_id!r}")
+    return 0 < row_id <= _INT64_MAX
+
+
 def _status_key(row_id: int) -> str:
     return f"nilo_job:status:{row_id}"
 
@@ -886,12 +946,27 @@ async def _call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout
         raise
 
 
+class _Execution:
+    """One execution of a row in this process: `ended` resolves once it has wholly ended,
+    its thread included (a sync run's thread may outlive its timeout)."""
+
+    __slots__ = ("ended", "thread_started")
+
+    def __init__(self, ended: asyncio.Future[None]) -> None:
+        self.ended = ended
+        self.thread_started = False
+
+    def end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
 async def _call_in_thread(
     kind: Kind,
     value: object,
     kwargs: dict[str, Any],
     timeout_s: float,
-    done: asyncio.Future[None],
+    execution: _Execution,
 ) -> None:
     """Run a sync `run` in a daemon thread of its own so the event loop never blocks.
 
@@ -906,10 +981,13 @@ async def _call_in_thread(
         if not outcome.done():
             if error is None:
                 outcome.set_result(None)
+            elif isinstance(error, StopIteration | KeyboardInterrupt | SystemExit):
+                # A future cannot carry these three as they are; the attempt still fails
+                # under their name.
+                outcome.set_exception(_carried(error))
             else:
                 outcome.set_exception(error)
-        if not done.done():
-            done.set_result(None)
+        execution.end()
 
     def work() -> None:
         error: BaseException | None = None
@@ -922,6 +1000,7 @@ async def _call_in_thread(
 
     started = time.monotonic()
     threading.Thread(target=work, name=f"nilo-job {kind.name}", daemon=True).start()
+    execution.thread_started = True
     try:
         await asyncio.wait_for(asyncio.shield(outcome), timeout_s)
     except TimeoutError:
@@ -931,3 +1010,10 @@ async def _call_in_thread(
             f"{kind.name} ran longer than {timeout_s:g} s; its thread cannot be stopped and "
             f"was left to finish ({time.monotonic() - started:.1f} s so far)"
         ) from None
+
+
+def _carried(error: BaseException) -> Exception:
+    """An exception a future can carry, named after `error` (SystemExit, KeyboardInterrupt,
+    StopIteration), so the dead row keeps the name the run raised."""
+    carrier: type[Exception] = type(type(error).__name__, (Exception,), {"__module__": "nilo_job"})
+    return carrier(str(error))

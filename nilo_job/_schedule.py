@@ -56,7 +56,12 @@ class Cron:
     def next(self, after_us: int) -> int:
         """The first tick strictly after `after_us` (µs since the epoch)."""
         moment = (_EPOCH + timedelta(microseconds=after_us)).astimezone(self._zone)
-        return datetime_to_us(next(CronSim(self.expr, moment)))
+        for tick in CronSim(self.expr, moment):
+            # In an hour a DST change repeats, a wall time happens twice; the tick runs at the
+            # first. The second is the one whose fold=0 reading is another instant.
+            if tick.replace(fold=0).astimezone(UTC) == tick.astimezone(UTC):
+                return datetime_to_us(tick)
+        raise AssertionError("unreachable: a cron that can fire fires again")
 
     def following(self, due_us: int, now_us: int) -> int:
         """cron ticks are fixed in time, so this is `next(now_us)`."""

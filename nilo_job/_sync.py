@@ -9,6 +9,7 @@ writes through the caller's own connection in the caller's thread, so it runs ri
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from datetime import datetime
@@ -35,8 +36,13 @@ class SyncJobs:
         self._jobs = jobs
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def _own_loop(self) -> asyncio.AbstractEventLoop:
+        if self._pid != os.getpid():
+            # A forked child (gunicorn --preload, multiprocessing): the parent's loop thread is
+            # not here. Start a loop of this process's own.
+            self._pid, self._loop, self._lock = os.getpid(), None, threading.Lock()
         with self._lock:
             if self._loop is None or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
@@ -58,7 +64,7 @@ class SyncJobs:
                 "jobs.sync blocks, and this code runs inside an event loop: await the async "
                 "method (await jobs.push(...)) here instead"
             )
-        loop = self._jobs._loop or self._own_loop()
+        loop = self._jobs._serving_loop() or self._own_loop()
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def push(

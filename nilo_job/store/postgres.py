@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from . import _sql
 from ._sql import check_columns, end_statement
 from ._sql import row_view as _row_view
 from ._sql import rows_statement as _rows_statement
-from .contract import Claimed, DeadRow, End, NewRow, RowView
+from .contract import Claimed, DeadRow, Done, End, NewRow, RowView
 
 log = logging.getLogger("nilo_job")
 
@@ -52,12 +53,16 @@ class PostgresTable:
     """
 
     def __init__(self, target: str | AsyncConnectionPool[Any], *, max_size: int = 10) -> None:
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._work_pool: AsyncConnectionPool[Any] | None = None
+        self._kwargs: dict[str, Any] = {}
         if isinstance(target, str):
             self.conninfo = target
-            self._pool: AsyncConnectionPool[Any] | None = None
             self._owns_pool = True
         elif isinstance(target, AsyncConnectionPool):
             self.conninfo = str(target.conninfo)
+            given = target.kwargs if isinstance(target.kwargs, dict) else {}
+            self._kwargs = {k: v for k, v in given.items() if k != "autocommit"}
             self._pool = target
             self._owns_pool = False
         else:
@@ -67,6 +72,7 @@ class PostgresTable:
             )
         self.max_size = max_size
         self._opening: asyncio.Lock | None = None
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         shown = psycopg.conninfo.conninfo_to_dict(self.conninfo)
@@ -81,44 +87,78 @@ class PostgresTable:
 
     # ------------------------------------------------------------------------------ plumbing
 
-    async def _get_pool(self) -> AsyncConnectionPool[Any]:
-        if self._pool is not None and not self._pool.closed:
-            return self._pool
+    async def _get_pool(self, *, work: bool = False) -> AsyncConnectionPool[Any]:
+        """The pool for pushes and reads, or (`work`) the workers' own pool.
+
+        The workers' connections commit claims and ends with `synchronous_commit = off`: losing
+        one of those to a server crash can only make a row run again, which at-least-once
+        allows, so they need not wait for the WAL to reach the disk. Pushes, cancels and
+        retries of dead rows use the ordinary pool and wait, because losing those loses work.
+        """
+        if self._pid != os.getpid():
+            # A forked child: the parent's pools and their connections are not ours.
+            self._pid, self._work_pool, self._opening = os.getpid(), None, None
+            if self._owns_pool:
+                self._pool = None
+        current = self._work_pool if work else self._pool
+        if current is not None and not current.closed:
+            return current
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self._pool is None or self._pool.closed:
-                # One plain connection first: a server that is down or a wrong password is
-                # said at once, in the driver's words, instead of after the pool's timeout.
-                try:
-                    probe = await psycopg.AsyncConnection.connect(self.conninfo)
-                except _DOWN as error:
-                    raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
-                await probe.close()
-                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                    self.conninfo,
-                    min_size=1,
-                    max_size=self.max_size,
-                    kwargs={"autocommit": True},
-                    open=False,
-                    name="nilo-job",
+            if work and (self._work_pool is None or self._work_pool.closed):
+                self._work_pool = await self._open_pool(
+                    "nilo-job-work", 4, {"options": "-c synchronous_commit=off"}
                 )
-                try:
-                    await pool.open(wait=True, timeout=10)
-                except _DOWN as error:
-                    await pool.close()
-                    raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
-                self._pool = pool
+            if not work and (self._pool is None or self._pool.closed):
+                self._pool = await self._open_pool("nilo-job", self.max_size, {})
                 self._owns_pool = True
-        assert self._pool is not None
-        return self._pool
+        pool = self._work_pool if work else self._pool
+        assert pool is not None
+        return pool
 
-    async def _run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
-        """`fn(conn)` on a pooled connection, in one transaction; outages as StoreUnavailable."""
-        pool = await self._get_pool()
+    async def _open_pool(
+        self, name: str, max_size: int, extra: dict[str, Any]
+    ) -> AsyncConnectionPool[Any]:
+        # One plain connection first: a server that is down or a wrong password is said at
+        # once, in the driver's words, instead of after the pool's timeout.
         try:
-            async with pool.connection() as conn, conn.transaction():
-                return await fn(conn)
+            probe = await psycopg.AsyncConnection.connect(self.conninfo)
+        except _DOWN as error:
+            raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
+        await probe.close()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=1,
+            max_size=max_size,
+            kwargs={**self._kwargs, "autocommit": True, **extra},
+            open=False,
+            name=name,
+        )
+        try:
+            await pool.open(wait=True, timeout=10)
+        except _DOWN as error:
+            await pool.close()
+            raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
+        return pool
+
+    async def _run(
+        self,
+        fn: Callable[[psycopg.AsyncConnection[Any]], Any],
+        *,
+        work: bool = False,
+        transaction: bool = True,
+    ) -> Any:
+        """`fn(conn)` on a pooled connection, in one transaction unless `transaction` is False
+        (a single statement commits on its own, saving two round trips); outages are
+        StoreUnavailable."""
+        pool = await self._get_pool(work=work)
+        try:
+            async with pool.connection() as conn:
+                if not transaction:
+                    return await fn(conn)
+                async with conn.transaction():
+                    return await fn(conn)
         except _DOWN as error:
             raise StoreUnavailable(f"PostgreSQL: {error}") from error
 
@@ -133,6 +173,9 @@ class PostgresTable:
         await self._get_pool()
 
     async def close(self) -> None:
+        work, self._work_pool = self._work_pool, None
+        if work is not None:
+            await work.close()
         pool = self._pool
         if pool is not None and self._owns_pool:
             self._pool = None
@@ -227,11 +270,19 @@ class PostgresTable:
                 Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in await cur.fetchall()
             ]
 
-        claimed: list[Claimed] = await self._run(claim)
+        claimed: list[Claimed] = await self._run(claim, work=True, transaction=False)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
     async def finish(self, ends: Sequence[End]) -> list[bool]:
+        plain = [end for end in ends if isinstance(end, Done) and end.then is None]
+        if len(plain) == len(ends):
+            # The common case, a batch of runs that simply finished: one statement.
+            done: list[bool] = await self._run(
+                lambda conn: _delete_done(conn, plain), work=True, transaction=False
+            )
+            return done
+
         async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
             applied = []
             for end in ends:
@@ -242,7 +293,7 @@ class PostgresTable:
                 applied.append(ok)
             return applied
 
-        answers: list[bool] = await self._run(apply)
+        answers: list[bool] = await self._run(apply, work=True)
         return answers
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
@@ -253,7 +304,7 @@ class PostgresTable:
             await _insert(conn, then)
             return True
 
-        done: bool = await self._run(hand_on)
+        done: bool = await self._run(hand_on, work=True)
         return done
 
     async def cancel(self, row_id: int) -> bool:
@@ -328,6 +379,14 @@ class PostgresTable:
                 )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
+
+
+async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:
+    cur = await conn.execute(
+        SQL["done_many"], ([end.id for end in ends], [end.attempts for end in ends])
+    )
+    gone = {row[0] for row in await cur.fetchall()}
+    return [end.id in gone for end in ends]
 
 
 def _params(row: NewRow) -> dict[str, object]:

@@ -75,6 +75,12 @@ RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.uni
 -- name: done
 DELETE FROM nilo_jobs WHERE id = %s AND state = 'running' AND attempts = %s;
 
+-- name: done_many
+DELETE FROM nilo_jobs AS job
+USING unnest(%s::bigint[], %s::integer[]) AS done(id, attempts)
+WHERE job.id = done.id AND job.attempts = done.attempts AND job.state = 'running'
+RETURNING job.id;
+
 -- name: retrying
 UPDATE nilo_jobs
 SET state = 'queued', run_at = %s, lease_until = NULL, error = %s, detail = %s,

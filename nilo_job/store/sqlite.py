@@ -30,7 +30,6 @@ T = TypeVar("T")
 
 SQL = _sql.load("sqlite.sql")
 _MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING and ON CONFLICT DO NOTHING RETURNING
-_BUSY_TOTAL_S = 60.0  # how long a write keeps waiting for a busy file before it is an error
 
 ACCEPTED_TX = (
     "a sqlite3.Connection to the same database file, inside a transaction "
@@ -82,6 +81,7 @@ class SqliteTable:
         self.synchronous = synchronous.upper()
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"job.Table('sqlite:///{self.path}')"
@@ -94,6 +94,10 @@ class SqliteTable:
     # ------------------------------------------------------------------------------ plumbing
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._pid != os.getpid():
+            # A forked child: the parent's thread is not here, and its connection is not ours
+            # to use or close. Start afresh.
+            self._pid, self._executor, self._conn = os.getpid(), None, None
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="nilo-job-sqlite")
         loop = asyncio.get_running_loop()
@@ -107,6 +111,12 @@ class SqliteTable:
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise
+            if "locked" in str(error) or "busy" in str(error):
+                raise StoreUnavailable(
+                    f"SQLite at {self.path} stayed locked for {self.busy_timeout_ms / 1_000:g} s: "
+                    "another connection holds a write transaction on it. If that is your own "
+                    "open transaction, push through it: jobs.push_in(conn, value)"
+                ) from error
             raise StoreUnavailable(f"SQLite at {self.path}: {error}") from error
 
     def _connect(self) -> sqlite3.Connection:
@@ -125,10 +135,10 @@ class SqliteTable:
             raise StoreUnavailable(f"cannot open SQLite database {self.path}: {error}") from error
         return conn
 
-    @staticmethod
-    def _retry_busy(fn: Callable[[], T]) -> T:
-        """`fn`, again after a short pause while SQLite says the file is busy or locked."""
-        deadline = time.monotonic() + _BUSY_TOTAL_S
+    def _retry_busy(self, fn: Callable[[], T]) -> T:
+        """`fn`, again after a short pause while SQLite says the file is busy or locked, for up
+        to the busy timeout in all (SQLite's own busy handler does most of the waiting)."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1_000
         pause = 0.001
         while True:
             try:

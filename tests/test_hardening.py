@@ -1,0 +1,253 @@
+"""Regressions from trying to break the queue: runaway threads, runs that raise what is not an
+Exception, a run's own CancelledError, values that change type through JSON, odd ids, forks."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nilo_job as job
+from nilo_job._clock import datetime_to_us
+
+release = threading.Event()
+started: list[int] = []
+
+
+@dataclasses.dataclass
+class Stuck:
+    """A sync run that outlives its timeout on its first attempt (a call with no timeout)."""
+
+    nilo_job = "stuck"
+    retry = job.Retry(times=2)
+    timeout_ms = 100
+
+    def run(self, tick: job.Tick) -> None:
+        started.append(tick.attempts)
+        if tick.attempts == 1:
+            release.wait(timeout=30)
+
+
+class Ends:
+    """An observer that lets a test wait for ends."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[str, str | None]] = []
+        self.changed = asyncio.Event()
+
+    def pushing(self, kind: str) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def claimed(self, rows: int, seconds: float) -> None:
+        pass
+
+    def running(self, kind: str, tick: job.Tick) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def ended(self, kind: str, outcome: str, error: str | None, seconds: float) -> None:
+        self.outcomes.append((outcome, error))
+        self.changed.set()
+
+    async def until(self, count: int) -> None:
+        while len(self.outcomes) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 30)
+
+
+async def test_a_runaway_thread_neither_blocks_the_loop_nor_overlaps_its_retry() -> None:
+    release.clear()
+    started.clear()
+    jobs = job.Jobs(kinds=[Stuck], store=job.Memory(), poll_ms=10, workers=2)
+    ends = Ends()
+    jobs.observe(ends)
+    row = await jobs.push(Stuck())
+    beats = 0
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            await asyncio.sleep(0.005)
+
+    beating = asyncio.create_task(heartbeat())
+    async with jobs.serving():
+        await ends.until(1)
+        assert ends.outcomes[0] == ("retry", "TimedOut")
+        # The retry is due now, but the first attempt's thread still runs: it must not start,
+        # and the loop must go on.
+        before = beats
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert beats > before
+        assert started == [1]
+        release.set()
+        await ends.until(2)
+    beating.cancel()
+    assert started == [1, 2]
+    assert ends.outcomes == [("retry", "TimedOut"), ("done", None)]
+    assert await jobs.stats() == (0, 0, 0)
+    assert row is not None
+
+
+@dataclasses.dataclass
+class Raises:
+    nilo_job = "raises"
+    retry = job.Retry(times=2)
+
+    what: str
+
+    async def run(self) -> None:
+        if self.what == "cancelled":
+            raise asyncio.CancelledError
+        if self.what == "exit":
+            raise SystemExit(3)
+
+
+@dataclasses.dataclass
+class RaisesInThread:
+    nilo_job = "raises-in-thread"
+    retry = job.Retry.NONE
+
+    what: str
+
+    def run(self) -> None:
+        if self.what == "exit":
+            raise SystemExit(3)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("what", "error"), [("cancelled", "CancelledError"), ("exit", "SystemExit")]
+)
+async def test_a_run_raising_what_is_not_an_exception_fails_its_attempts_and_dies(
+    store: job.Store, t: int, what: str, error: str
+) -> None:
+    jobs = job.Jobs(kinds=[Raises], store=store)
+    await jobs.push(Raises(what), at=t)
+    assert await jobs.drain_at(t) == 3
+    (dead,) = await jobs.dead_ones()
+    assert (dead.error, dead.attempts) == (error, 3)
+
+
+@pytest.mark.parametrize(
+    ("what", "error"), [("exit", "SystemExit"), ("ctrl-c", "KeyboardInterrupt")]
+)
+async def test_a_sync_run_raising_system_exit_or_keyboard_interrupt_dies_by_that_name(
+    store: job.Store, t: int, what: str, error: str
+) -> None:
+    jobs = job.Jobs(kinds=[RaisesInThread], store=store)
+    await jobs.push(RaisesInThread(what), at=t)
+    assert await jobs.drain_at(t) == 1
+    (dead,) = await jobs.dead_ones()
+    assert dead.error == error
+    assert await jobs.stats() == (0, 0, 1)
+
+
+@dataclasses.dataclass
+class Loose:
+    nilo_job = "loose"
+    retry = job.Retry.NONE
+
+    meta: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (Loose(meta=datetime(2024, 1, 1, tzinfo=UTC)), "Loose.meta would not come back"),
+        (Loose(meta=b"\x00"), "bytes b'\\x00' would arrive as str"),
+        (Loose(meta={1, 2}), "set {1, 2} would arrive as list [1, 2]"),
+        (Loose(meta=(1, 2)), "tuple (1, 2) would arrive as list [1, 2]"),
+        (Loose(extra={"when": datetime(2024, 1, 1)}), "Loose.extra would not come back"),
+    ],
+)
+async def test_a_value_that_would_change_type_through_json_is_refused_naming_the_field(
+    value: Loose, words: str
+) -> None:
+    jobs = job.Jobs(kinds=[Loose], store=job.Memory())
+    with pytest.raises(job.Refusal) as refused:
+        await jobs.push(value)
+    assert words in str(refused.value)
+    assert await jobs.stats() == (0, 0, 0)
+    assert await jobs.push(Loose(meta=[1, "a", {"b": None}])) == 1
+
+
+async def test_ids_that_cannot_name_a_row(store: job.Store) -> None:
+    jobs = job.Jobs(kinds=[Loose], store=store, status=job.MemorySpace(ttl_s=60))
+    row = await jobs.push(Loose())
+    with pytest.raises(job.Refusal, match="a row id is the int that push returned"):
+        await jobs.cancel(str(row))  # type: ignore[arg-type]
+    assert await jobs.cancel(2**70) is False
+    assert await jobs.retry_dead(-1) is False
+    assert await jobs.status(2**70) is None
+    with pytest.raises(job.Refusal, match="microseconds since the epoch"):
+        await jobs.drain_at(1.5)  # type: ignore[arg-type]
+    with pytest.raises(job.Refusal, match="no store can hold"):
+        await jobs.drain_at(2**63 - 1)
+    assert await jobs.stats() == (1, 0, 0)
+
+
+async def test_progress_for_a_row_not_running_here_writes_nothing() -> None:
+    jobs = job.Jobs(kinds=[Loose], store=job.Memory(), status=job.MemorySpace(ttl_s=60))
+    await jobs.progress(12345, 7)
+    assert await jobs.status(12345) is None
+
+
+async def test_ready_is_false_while_the_table_is_missing(tmp_path: Path) -> None:
+    table = job.Table(f"sqlite:///{tmp_path}/q.db")
+    jobs = job.Jobs(kinds=[Loose], store=table)
+    assert await jobs.ready() is False
+    await table.create_missing()
+    assert await jobs.ready() is True
+    await table.close()
+
+
+def test_the_sync_face_works_in_a_forked_child(tmp_path: Path) -> None:
+    table = job.Table(f"sqlite:///{tmp_path}/q.db")
+    jobs = job.Jobs(kinds=[Loose], store=table)
+    with sqlite3.connect(tmp_path / "q.db") as conn:
+        conn.executescript(table.ddl)  # type: ignore[attr-defined]
+    assert jobs.sync.stats() == (0, 0, 0)
+    pid = os.fork()
+    if pid == 0:  # the child: push through the inherited queue, then leave at once
+        code = 0
+        try:
+            code = 0 if jobs.sync.push(Loose()) == 1 else 1
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert jobs.sync.stats() == (1, 0, 0)
+
+
+def test_a_cron_step_in_a_repeated_dst_hour_fires_once() -> None:
+    schedule = job.cron("*/30 1 * * *", tz="America/New_York")
+    moment = datetime_to_us(datetime(2024, 11, 3, tzinfo=UTC))
+    ticks = []
+    for _ in range(3):
+        moment = schedule.next(moment)
+        ticks.append(datetime.fromtimestamp(moment / 1_000_000, tz=UTC))
+    # 01:00 and 01:30 EDT, then the next day's 01:00 EST: not 01:00 and 01:30 EST again.
+    assert ticks == [
+        datetime(2024, 11, 3, 5, tzinfo=UTC),
+        datetime(2024, 11, 3, 5, 30, tzinfo=UTC),
+        datetime(2024, 11, 4, 6, tzinfo=UTC),
+    ]
+    inside_second = datetime_to_us(datetime(2024, 11, 3, 6, 10, tzinfo=UTC))  # 01:10 EST
+    assert schedule.next(inside_second) == datetime_to_us(datetime(2024, 11, 4, 6, tzinfo=UTC))
