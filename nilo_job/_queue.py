@@ -125,6 +125,7 @@ class Jobs:
         self._busy: dict[int, _Execution] = {}
         self._progress: dict[int, int] = {}
         self._observers: tuple[Observer, ...] = ()
+        self._batcher: _Batcher | None = None
 
     def __repr__(self) -> str:
         return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
@@ -685,7 +686,11 @@ class Jobs:
         pause = 0.05
         while True:
             try:
-                (applied,) = await self.store.finish([end])
+                batcher = self._batcher
+                if batcher is None:
+                    (applied,) = await self.store.finish([end])
+                else:
+                    applied = await batcher.finish(end)
             except StoreUnavailable as error:
                 if time.monotonic() + pause > deadline:
                     log.error(
@@ -770,12 +775,14 @@ class Jobs:
         self._serve_task = asyncio.current_task()
         running: set[asyncio.Task[bool]] = set()
         watching = asyncio.create_task(self.store.watch(self.wake))
+        self._batcher = _Batcher(self.store)
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
         try:
             await self._claim_loop(running)
         finally:
             watching.cancel()
             await self._stop(running, grace_ms)
+            self._batcher = None
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watching
             self._loop = self._wakeup = None
@@ -804,6 +811,9 @@ class Jobs:
             free = self.workers - len(running)
             if free <= 0:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                # Runs that end together free their slots together: let them, so one claim
+                # fills them all.
+                await asyncio.sleep(0)
                 continue
             wakeup.clear()
             if now_us() - self._clock_read_at > _CLOCK_EVERY_US:
@@ -944,6 +954,47 @@ async def _call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout
                 f"{kind.name} ran longer than {timeout_s:g} s and was cancelled"
             ) from None
         raise
+
+
+class _Batcher:
+    """Writes the ends of runs in batches: while one `store.finish` is in flight, the ends that
+    arrive meanwhile wait and go together in the next (a group commit).
+
+    Each run still waits for its own end to be written before its row counts as finished, so
+    batching costs at-least-once nothing; it turns one transaction per row into one per batch.
+    """
+
+    MAX = 256
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pending: list[tuple[End, asyncio.Future[bool]]] = []
+        self.writing = False
+
+    async def finish(self, end: End) -> bool:
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.pending.append((end, answer))
+        if not self.writing:
+            self.writing = True
+            asyncio.get_running_loop().create_task(self._write())
+        return await answer
+
+    async def _write(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending[: self.MAX], self.pending[self.MAX :]
+                try:
+                    applied = await self.store.finish([end for end, _ in batch])
+                except Exception as error:
+                    for _, answer in batch:
+                        if not answer.done():
+                            answer.set_exception(error)
+                else:
+                    for (_, answer), ok in zip(batch, applied, strict=True):
+                        if not answer.done():
+                            answer.set_result(ok)
+        finally:
+            self.writing = False
 
 
 class _Execution:

@@ -38,6 +38,7 @@ ACCEPTED_TX = (
 )
 
 _DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+_WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' connections
 
 
 class PostgresTable:
@@ -94,6 +95,9 @@ class PostgresTable:
         one of those to a server crash can only make a row run again, which at-least-once
         allows, so they need not wait for the WAL to reach the disk. Pushes, cancels and
         retries of dead rows use the ordinary pool and wait, because losing those loses work.
+        The workers' connections also turn bitmap scans off: a claim walks `nilo_jobs_due` in
+        order and stops after `limit` rows, and on a table not yet analysed the planner may
+        otherwise fetch every due row and sort them, once per claim.
         """
         if self._pid != os.getpid():
             # A forked child: the parent's pools and their connections are not ours.
@@ -107,9 +111,7 @@ class PostgresTable:
             self._opening = asyncio.Lock()
         async with self._opening:
             if work and (self._work_pool is None or self._work_pool.closed):
-                self._work_pool = await self._open_pool(
-                    "nilo-job-work", 4, {"options": "-c synchronous_commit=off"}
-                )
+                self._work_pool = await self._open_pool("nilo-job-work", 4, {"options": _WORK})
             if not work and (self._pool is None or self._pool.closed):
                 self._pool = await self._open_pool("nilo-job", self.max_size, {})
                 self._owns_pool = True

@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     detail      text,                               -- its message
     died_at     bigint                              -- µs, while dead
 );
-CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key);
+CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
+    WHERE unique_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS nilo_jobs_due ON nilo_jobs (run_at, id) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS nilo_jobs_lease ON nilo_jobs (lease_until, id) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state = 'dead';
@@ -31,7 +32,7 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
     VALUES (%(kind)s, %(payload)s::json, 'queued', %(run_at)s, 0, %(unique_key)s)
-    ON CONFLICT (kind, unique_key) DO NOTHING
+    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed;
 
@@ -50,7 +51,7 @@ SELECT id, NULL FROM pushed WHERE id <> (SELECT max(id) FROM pushed);
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
     VALUES (:kind, CAST(:payload AS json), 'queued', :run_at, 0, :unique_key)
-    ON CONFLICT (kind, unique_key) DO NOTHING
+    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify('nilo_jobs', CAST(id AS text)) FROM pushed;
 

@@ -80,6 +80,7 @@ class SqliteTable:
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.upper()
         self._conn: sqlite3.Connection | None = None
+        self._work_conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pid = os.getpid()
 
@@ -93,21 +94,34 @@ class SqliteTable:
 
     # ------------------------------------------------------------------------------ plumbing
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, work: bool = False) -> T:
+        """`fn(connection)` in the store's thread; `work` picks the workers' connection.
+
+        The workers' connection (claims, ends, hand-ons) commits with `synchronous = NORMAL`:
+        in WAL mode that survives a crash of the process, and a power cut can lose only its
+        last commits, which can only make a row run again (at least once allows it). Pushes
+        and operator calls use the main connection and its `synchronous` (FULL by default).
+        """
         if self._pid != os.getpid():
-            # A forked child: the parent's thread is not here, and its connection is not ours
-            # to use or close. Start afresh.
-            self._pid, self._executor, self._conn = os.getpid(), None, None
+            # A forked child: the parent's thread is not here, and its connections are not
+            # ours to use or close. Start afresh.
+            self._pid, self._executor = os.getpid(), None
+            self._conn = self._work_conn = None
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="nilo-job-sqlite")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._with_conn, fn)
+        return await loop.run_in_executor(self._executor, self._with_conn, fn, work)
 
-    def _with_conn(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _with_conn(self, fn: Callable[[sqlite3.Connection], T], work: bool) -> T:
         if self._conn is None:
-            self._conn = self._connect()
+            self._conn = self._connect(self.synchronous)
+        conn = self._conn
+        if work and self.path != ":memory:":  # one private database has one connection
+            if self._work_conn is None:
+                self._work_conn = self._connect("NORMAL")
+            conn = self._work_conn
         try:
-            return fn(self._conn)
+            return fn(conn)
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise
@@ -119,7 +133,7 @@ class SqliteTable:
                 ) from error
             raise StoreUnavailable(f"SQLite at {self.path}: {error}") from error
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, synchronous: str) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -130,7 +144,7 @@ class SqliteTable:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.path != ":memory:":
                 self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
         except sqlite3.Error as error:
             raise StoreUnavailable(f"cannot open SQLite database {self.path}: {error}") from error
         return conn
@@ -178,9 +192,10 @@ class SqliteTable:
         executor.shutdown(wait=True)
 
     def _close_conn(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        for conn in (self._conn, self._work_conn):
+            if conn is not None:
+                conn.close()
+        self._conn = self._work_conn = None
 
     async def ping(self) -> None:
         await self._call(lambda conn: conn.execute("SELECT 1").fetchone())
@@ -247,7 +262,7 @@ class SqliteTable:
             rows = conn.execute(SQL["claim"], params).fetchall()
             return [Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in rows]
 
-        claimed = await self._call(lambda conn: self._write(conn, claim))
+        claimed = await self._call(lambda conn: self._write(conn, claim), work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -261,7 +276,7 @@ class SqliteTable:
                 applied.append(ok)
             return applied
 
-        return await self._call(lambda conn: self._write(conn, apply))
+        return await self._call(lambda conn: self._write(conn, apply), work=True)
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         def hand_on(conn: sqlite3.Connection) -> bool:
@@ -270,7 +285,7 @@ class SqliteTable:
             _insert(conn, [then])
             return True
 
-        return await self._call(lambda conn: self._write(conn, hand_on))
+        return await self._call(lambda conn: self._write(conn, hand_on), work=True)
 
     async def cancel(self, row_id: int) -> bool:
         return await self._call(

@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     detail      TEXT,                               -- its message
     died_at     INTEGER                             -- µs, while dead
 );
-CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key);
+CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
+    WHERE unique_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS nilo_jobs_due ON nilo_jobs (run_at, id) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS nilo_jobs_lease ON nilo_jobs (lease_until, id) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state = 'dead';
@@ -26,7 +27,7 @@ SELECT name FROM pragma_table_info('nilo_jobs');
 -- name: push
 INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
 VALUES (?, ?, 'queued', ?, 0, ?)
-ON CONFLICT (kind, unique_key) DO NOTHING
+ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: claim
@@ -37,13 +38,13 @@ WHERE id IN (
         SELECT id, run_at FROM (
             SELECT id, run_at FROM nilo_jobs
             WHERE state = 'queued' AND run_at <= :now
-              AND kind IN (SELECT value FROM json_each(:kinds))
+              AND +kind IN (SELECT value FROM json_each(:kinds))
             ORDER BY run_at, id LIMIT :limit)
         UNION ALL
         SELECT id, run_at FROM (
             SELECT id, run_at FROM nilo_jobs
             WHERE state = 'running' AND lease_until <= :now
-              AND kind IN (SELECT value FROM json_each(:kinds))
+              AND +kind IN (SELECT value FROM json_each(:kinds))
             ORDER BY lease_until, id LIMIT :limit)
     )
     ORDER BY run_at, id LIMIT :limit)
