@@ -62,6 +62,10 @@ class Memory:
         self.max_payload = max_payload
         self._rows: dict[int, _Row] = {}
         self._unique: dict[tuple[str, str], int] = {}
+        # What the claim reads, ordered: (run_at, id) of queued rows, (lease_until, id) of
+        # running ones. Lazy: stale entries are skipped when popped.
+        self._due: list[tuple[int, int]] = []
+        self._leases: list[tuple[int, int]] = []
         self._used = 0
         self._last_id = 0
         self._lock = threading.Lock()
@@ -117,6 +121,7 @@ class Memory:
         if row.unique_key is not None:
             self._unique[(row.kind, row.unique_key)] = self._last_id
         self._used += len(row.payload)
+        heapq.heappush(self._due, (row.run_at, self._last_id))
         return self._last_id
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
@@ -130,27 +135,55 @@ class Memory:
     ) -> list[Claimed]:
         wanted = set(kinds)
         with self._lock:
-            due = heapq.nsmallest(
-                limit,
-                (
-                    row
-                    for row in self._rows.values()
-                    if row.kind in wanted
-                    and (
-                        (row.state == "queued" and row.run_at <= now_us)
-                        or (row.state == "running" and row.lease_until <= now_us)
-                    )
-                ),
-                key=lambda row: (row.run_at, row.id),
-            )
-            for row in due:
+            queued = self._take(self._due, now_us, limit, wanted, "queued")
+            expired = self._take(self._leases, now_us, limit, wanted, "running")
+            both = sorted(queued + expired, key=lambda row: (row.run_at, row.id))
+            taken, left = both[:limit], both[limit:]
+            for row in left:  # due but past the limit: back in their heaps, unchanged
+                self._index(row)
+            for row in taken:
                 row.state = "running"
                 row.lease_until = lease_until_us
                 row.attempts += 1
+                heapq.heappush(self._leases, (lease_until_us, row.id))
             return [
                 Claimed(row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key)
-                for row in due
+                for row in taken
             ]
+
+    def _take(
+        self, heap: list[tuple[int, int]], now_us: int, limit: int, kinds: set[str], state: str
+    ) -> list[_Row]:
+        """Pop up to `limit` live rows of `kinds` in `state` whose heap time is due by `now_us`.
+
+        The heaps are lazy: an entry whose row has since moved on (claimed, finished, cancelled,
+        due at another time) is dropped here. Rows of other kinds go back untouched.
+        """
+        found: list[_Row] = []
+        others: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        while heap and heap[0][0] <= now_us and len(found) < limit:
+            entry = heapq.heappop(heap)
+            row = self._rows.get(entry[1])
+            if row is None or row.state != state or row.id in seen:
+                continue
+            if entry[0] != (row.run_at if state == "queued" else row.lease_until):
+                continue
+            if row.kind not in kinds:
+                others.append(entry)
+                continue
+            seen.add(row.id)
+            found.append(row)
+        for entry in others:
+            heapq.heappush(heap, entry)
+        return found
+
+    def _index(self, row: _Row) -> None:
+        """Put a queued or running row in the heap the claim reads it from."""
+        if row.state == "queued":
+            heapq.heappush(self._due, (row.run_at, row.id))
+        elif row.state == "running":
+            heapq.heappush(self._leases, (row.lease_until, row.id))
 
     def _drop(self, row: _Row) -> None:
         del self._rows[row.id]
@@ -177,12 +210,14 @@ class Memory:
                     row.error, row.detail = end.error, end.detail
                     if end.release_key:
                         self._free_key(row)
+                    self._index(row)
                 elif isinstance(end, Died):
                     row.state, row.died_at = "dead", end.died_at
                     row.error, row.detail = end.error, end.detail
                     self._free_key(row)
                 elif isinstance(end, Released):
                     row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
+                    self._index(row)
                 if end.then is not None:
                     # A schedule's next tick may go over the byte budget: losing it would stop
                     # the schedule in silence, which is worse than a full queue.
@@ -263,4 +298,5 @@ class Memory:
                 return False
             row.state, row.run_at, row.attempts = "queued", now_us, 0
             row.error = row.detail = row.died_at = None
+            self._index(row)
             return True
