@@ -307,11 +307,7 @@ def _answer(name: str, param: str, hint: Any, deps: Mapping[str, Any], jobs_type
             f"present: write {param}: job.Tick"
         )
     exact = [attr for attr, kind in deps.items() if kind == hint]
-    loose = [
-        attr
-        for attr, kind in deps.items()
-        if isinstance(kind, type) and isinstance(hint, type) and issubclass(kind, hint)
-    ]
+    loose = [attr for attr, kind in deps.items() if _subclass(kind, hint)] if not exact else []
     for matches in (exact, loose):
         if len(matches) == 1:
             return Param(param, "dep", matches[0])
@@ -323,6 +319,17 @@ def _answer(name: str, param: str, hint: Any, deps: Mapping[str, Any], jobs_type
                 f"of that type ({', '.join(matches)}): name the parameter after one of them"
             )
     return _missing(name, param, hint)
+
+
+def _subclass(kind: Any, hint: Any) -> bool:
+    """Whether a deps field typed `kind` answers a parameter typed `hint` (a subclass does; a
+    Protocol that cannot be checked at run time answers only by exact type)."""
+    if not (isinstance(kind, type) and isinstance(hint, type)):
+        return False
+    try:
+        return issubclass(kind, hint)
+    except TypeError:
+        return False
 
 
 def _missing(name: str, param: str, hint: Any) -> Param:

@@ -317,7 +317,8 @@ class Jobs:
         Args:
             tx: a `sqlite3.Connection` with an open transaction on the store's database file; a
                 psycopg `Connection`/`AsyncConnection` in a transaction; a SQLAlchemy
-                `Session`/`AsyncSession`/`Connection`/`AsyncConnection`.
+                `Session`/`AsyncSession`/`Connection`/`AsyncConnection`; Django's
+                `connection` inside `transaction.atomic()`.
             after_ms, at, unique: as for `push`. `within` is refused: a cache cannot roll back.
 
         Returns:

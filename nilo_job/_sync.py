@@ -35,6 +35,7 @@ class SyncJobs:
     def __init__(self, jobs: Jobs) -> None:
         self._jobs = jobs
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -47,10 +48,13 @@ class SyncJobs:
             if self._loop is None or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
-                    target=loop.run_forever, name="nilo-job sync bridge", daemon=True
+                    target=_run_until_stopped,
+                    args=(loop,),
+                    name="nilo-job sync bridge",
+                    daemon=True,
                 )
                 thread.start()
-                self._loop = loop
+                self._loop, self._thread = loop, thread
             return self._loop
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -131,6 +135,22 @@ class SyncJobs:
         """`Jobs.retry_dead`, blocking."""
         return self._call(self._jobs.retry_dead(row_id))
 
+    def progress(self, row_id: int, n: int) -> None:
+        """`Jobs.progress`, blocking: how far a synchronous run has got."""
+        self._call(self._jobs.progress(row_id, n))
+
+    def close(self) -> None:
+        """Close the store on the bridge's own loop and stop that loop (at the end of a script
+        or a test; the next call starts them again)."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._pid != os.getpid():
+            return
+        asyncio.run_coroutine_threadsafe(self._jobs.store.close(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._loop = self._thread = None
+
     def drain(self) -> int:
         """`Jobs.drain`, blocking (for a synchronous test)."""
         return self._call(self._jobs.drain())
@@ -138,3 +158,12 @@ class SyncJobs:
     def drain_at(self, now_us: int) -> int:
         """`Jobs.drain_at`, blocking (for a synchronous test)."""
         return self._call(self._jobs.drain_at(now_us))
+
+
+def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    """The bridge thread: the loop runs until `close` stops it, then is closed."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()

@@ -128,6 +128,7 @@ def test_push_in_on_sqlalchemy_sessions_and_connections(pg_url: str, users: str)
     engine.dispose()
     assert jobs.sync.drain() == 2
     assert sorted(ran) == [2, 3]
+    jobs.sync.close()
 
 
 async def test_push_in_on_sqlalchemy_async_sessions_and_connections(

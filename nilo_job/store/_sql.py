@@ -80,3 +80,28 @@ def row_view(r: Any) -> RowView:
     """A `RowView` from the columns of a `rows_*` statement, payload as text or bytes."""
     payload = r[3] if isinstance(r[3], bytes) else str(r[3]).encode()
     return RowView(r[0], r[1], r[2], payload, r[4], r[5], r[6], r[7], r[8], r[9])
+
+
+def unwrap_django(tx: object) -> object:
+    """Django's connection object (`django.db.connection`, `connections[alias]`) as the DB-API
+    connection under it, which push_in writes through; anything else as it is.
+
+    Raises:
+        Refusal: Django's connection outside `transaction.atomic()` (the row would commit on
+            its own).
+    """
+    if not (
+        type(tx).__module__.startswith("django.")
+        and hasattr(tx, "ensure_connection")
+        and hasattr(tx, "in_atomic_block")
+    ):
+        return tx
+    if not tx.in_atomic_block:
+        from .._errors import Refusal
+
+        raise Refusal(
+            "push_in got Django's connection outside transaction.atomic(), so the row would "
+            "commit on its own: push inside `with transaction.atomic():`"
+        )
+    tx.ensure_connection()
+    return tx.connection  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from .._errors import Refusal, StoreUnavailable
 from .._values import Stats
 from . import _sql
-from ._sql import check_columns, end_statement
+from ._sql import check_columns, end_statement, unwrap_django
 from ._sql import row_view as _row_view
 from ._sql import rows_statement as _rows_statement
 from .contract import Claimed, DeadRow, Done, End, NewRow, RowView
@@ -34,7 +34,8 @@ CHANNEL = "nilo_jobs"
 
 ACCEPTED_TX = (
     "a psycopg Connection or AsyncConnection in a transaction, or a SQLAlchemy Session, "
-    "AsyncSession, Connection or AsyncConnection"
+    "AsyncSession, Connection or AsyncConnection, or Django's connection inside "
+    "transaction.atomic()"
 )
 
 _DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
@@ -242,6 +243,7 @@ class PostgresTable:
         return ids
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        tx = unwrap_django(tx)
         if isinstance(tx, psycopg.AsyncConnection):
             _check_in_transaction(tx.info.transaction_status, tx.autocommit)
             return [await _insert(tx, row) for row in rows]

@@ -21,7 +21,7 @@ from typing import TypeVar
 from .._errors import Refusal, StoreUnavailable
 from .._values import Stats
 from . import _sql
-from ._sql import check_columns, end_statement
+from ._sql import check_columns, end_statement, unwrap_django
 from ._sql import row_view as _row_view
 from ._sql import rows_statement as _rows_statement
 from .contract import Claimed, DeadRow, End, NewRow, RowView
@@ -32,7 +32,8 @@ SQL = _sql.load("sqlite.sql")
 _MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING and ON CONFLICT DO NOTHING RETURNING
 
 ACCEPTED_TX = (
-    "a sqlite3.Connection to the same database file, inside a transaction "
+    "a sqlite3.Connection to the same database file, inside a transaction, or Django's "
+    "connection inside transaction.atomic() "
     "(a PostgreSQL table also accepts psycopg and SQLAlchemy connections and sessions)"
 )
 
@@ -220,6 +221,7 @@ class SqliteTable:
         return await self._call(lambda conn: self._write(conn, lambda c: _insert(c, rows)))
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        tx = unwrap_django(tx)
         if not isinstance(tx, sqlite3.Connection):
             raise Refusal(
                 f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"

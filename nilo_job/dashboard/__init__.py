@@ -1,0 +1,32 @@
+"""The dashboard: a small web page over a queue, to mount in an ASGI app or run on its own.
+
+    from nilo_job.dashboard import dashboard_app
+    app.mount("/jobs", dashboard_app(jobs, secret=os.environ["NILO_DASHBOARD_SECRET"]))
+
+    nilo-job dashboard myapp.jobs:jobs --port 8900 --secret-env NILO_DASHBOARD_SECRET
+
+It shows the counts by state and kind, the queued, running and dead rows with their error and
+attempts, and each schedule's next tick; with a secret configured, an operator who logs in can
+retry a dead row and cancel a queued one. Starlette is needed for the page (`nilo-job[web]`) and
+uvicorn for the command; they are imported when first used, so importing this package (the
+command line does) costs neither. See docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._command import dashboard_command
+
+if TYPE_CHECKING:
+    from ._app import dashboard_app
+
+__all__ = ["dashboard_app", "dashboard_command"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "dashboard_app":
+        from ._app import dashboard_app
+
+        return dashboard_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
