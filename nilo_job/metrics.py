@@ -439,6 +439,9 @@ class _MeteredStore:
     async def counts(self) -> dict[tuple[str, str], int]:
         return await self.wrapped.counts()
 
+    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
+        return await self.wrapped.holding(key, kinds)
+
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         return await self.wrapped.retry_dead(row_id, now_us)
 

@@ -31,8 +31,8 @@ async def test_rows_and_counts_by_state_and_kind(store: Store, t: int) -> None:
     assert await store.finish([Died(second, 1, t + 50, "Nope", "")]) == [True]
     assert second_claim.id == second
     assert await store.rows("dead", 10) == [
-        RowView(second, "a", "dead", P, t + 10, 1, None, None, "Nope", t + 50),
-        RowView(third, "b", "dead", P, t + 30, 1, None, None, "Boom", t + 40),
+        RowView(second, "a", "dead", P, t + 10, 1, None, None, "Nope", t + 50, ""),
+        RowView(third, "b", "dead", P, t + 30, 1, None, None, "Boom", t + 40, "it broke"),
     ]
     assert await store.counts() == {("a", "queued"): 1, ("a", "dead"): 1, ("b", "dead"): 1}
 
@@ -44,3 +44,14 @@ async def test_rows_of_an_unknown_state_is_refused(store: Store) -> None:
 
     with pytest.raises(job.Refusal, match="'queued', 'running' or 'dead'"):
         await store.rows("done", 10)
+
+
+async def test_holding_finds_the_row_of_each_kind_that_holds_a_key(store: Store, t: int) -> None:
+    first, second, _third = await store.push(
+        [NewRow("a", P, t, "schedule"), NewRow("b", P, t + 5, "schedule"), NewRow("c", P, t)]
+    )
+    assert await store.holding("schedule", ["c", "b", "a"]) == [
+        RowView(first, "a", "queued", P, t, 0, "schedule", None, None, None),  # type: ignore[arg-type]
+        RowView(second, "b", "queued", P, t + 5, 0, "schedule", None, None, None),  # type: ignore[arg-type]
+    ]
+    assert await store.holding("other", ["a"]) == []

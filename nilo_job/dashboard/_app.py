@@ -33,7 +33,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import Cron, Every, JobError, Jobs, Refusal, now_us
 from .._queue import SCHEDULE_KEY  # the key a schedule's next tick holds (seed)
 from ..store.contract import ROW_STATES, RowView
-from . import _read
 from ._render import Mode, Page, ScheduleView, render
 from ._session import Sessions, check_secret
 
@@ -178,7 +177,7 @@ class _Dashboard:
             counts = await store.counts()
             for state in ROW_STATES:
                 rows[state] = await store.rows(state, self.limit)
-            held = await _read.holding(store, SCHEDULE_KEY, [kind.name for kind in scheduled])
+            held = await store.holding(SCHEDULE_KEY, [kind.name for kind in scheduled])
             ticks = None if held is None else {row.kind: row for row in held}
         except (JobError, OSError) as error:
             problem = f"The store cannot be read: {error}"

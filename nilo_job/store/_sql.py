@@ -79,7 +79,7 @@ def rows_statement(state: str) -> str:
 def row_view(r: Any) -> RowView:
     """A `RowView` from the columns of a `rows_*` statement, payload as text or bytes."""
     payload = r[3] if isinstance(r[3], bytes) else str(r[3]).encode()
-    return RowView(r[0], r[1], r[2], payload, r[4], r[5], r[6], r[7], r[8], r[9])
+    return RowView(r[0], r[1], r[2], payload, r[4], r[5], r[6], r[7], r[8], r[9], r[10])
 
 
 def unwrap_django(tx: object) -> object:

@@ -146,6 +146,7 @@ class RowView:
     lease_until: int | None
     error: str | None
     died_at: int | None
+    detail: str | None = None
 
 
 ROW_STATES = ("queued", "running", "dead")
@@ -252,6 +253,10 @@ class Store(Protocol):
 
     async def counts(self) -> dict[tuple[str, str], int]:
         """How many rows there are of each (kind, state) that has any."""
+
+    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
+        """The rows of `kinds` that hold the unique key `key` (at most one per kind, by the
+        unique index), ordered by kind: for a schedule, its next tick."""
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         """Queue a dead row again, due at `now_us`, from attempt one with no error; True if it was

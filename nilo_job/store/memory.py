@@ -268,21 +268,15 @@ class Memory:
             found.sort(key=lambda row: (row.died_at or 0, row.id), reverse=True)
         else:
             found.sort(key=lambda row: (row.run_at, row.id))
-        return [
-            RowView(
-                row.id,
-                row.kind,
-                row.state,
-                row.payload,
-                row.run_at,
-                row.attempts,
-                row.unique_key,
-                row.lease_until if row.state == "running" else None,
-                row.error,
-                row.died_at,
-            )
-            for row in found[:limit]
-        ]
+        return [_view(row) for row in found[:limit]]
+
+    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
+        with self._lock:
+            return [
+                _view(self._rows[row_id])
+                for kind in sorted(set(kinds))
+                if (row_id := self._unique.get((kind, key))) is not None
+            ]
 
     async def counts(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
@@ -300,3 +294,11 @@ class Memory:
             row.error = row.detail = row.died_at = None
             self._index(row)
             return True
+
+
+def _view(row: _Row) -> RowView:
+    lease = row.lease_until if row.state == "running" else None
+    return RowView(
+        row.id, row.kind, row.state, row.payload, row.run_at, row.attempts, row.unique_key,
+        lease, row.error, row.died_at, row.detail,
+    )  # fmt: skip

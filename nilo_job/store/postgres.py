@@ -344,6 +344,16 @@ class PostgresTable:
         found: list[RowView] = await self._run(rows)
         return found
 
+    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
+        params = {"key": key, "kinds": list(kinds)}
+
+        async def holding(conn: psycopg.AsyncConnection[Any]) -> list[RowView]:
+            cur = await conn.execute(SQL["holding"], params)
+            return [_row_view(r) for r in await cur.fetchall()]
+
+        found: list[RowView] = await self._run(holding, transaction=False)
+        return found
+
     async def counts(self) -> dict[tuple[str, str], int]:
         async def counts(conn: psycopg.AsyncConnection[Any]) -> dict[tuple[str, str], int]:
             cur = await conn.execute(SQL["counts"])

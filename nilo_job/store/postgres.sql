@@ -106,16 +106,23 @@ WHERE id = %s AND state = 'running' AND attempts = %s AND unique_key IS NOT NULL
 DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
 
 -- name: rows_queued
-SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at, detail
 FROM nilo_jobs WHERE state = 'queued' ORDER BY run_at, id LIMIT %s;
 
 -- name: rows_running
-SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at, detail
 FROM nilo_jobs WHERE state = 'running' ORDER BY run_at, id LIMIT %s;
 
 -- name: rows_dead
-SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at, detail
 FROM nilo_jobs WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
+
+-- name: holding
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
+       detail
+FROM nilo_jobs
+WHERE unique_key = %(key)s AND kind = ANY(%(kinds)s)
+ORDER BY kind;
 
 -- name: counts
 SELECT kind, state, count(*) FROM nilo_jobs GROUP BY kind, state;

@@ -309,6 +309,11 @@ class SqliteTable:
         found = await self._call(lambda conn: conn.execute(query, (limit,)).fetchall())
         return [_row_view(r) for r in found]
 
+    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
+        params = {"key": key, "kinds": json.dumps(list(kinds))}
+        found = await self._call(lambda conn: conn.execute(SQL["holding"], params).fetchall())
+        return [_row_view(r) for r in found]
+
     async def counts(self) -> dict[tuple[str, str], int]:
         found = await self._call(lambda conn: conn.execute(SQL["counts"]).fetchall())
         return {(kind, state): n for kind, state, n in found}

@@ -77,16 +77,22 @@ WHERE id = ? AND state = 'running' AND attempts = ? AND unique_key IS NOT NULL;
 DELETE FROM nilo_jobs WHERE id = ? AND state = 'queued';
 
 -- name: rows_queued
-SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail
 FROM nilo_jobs WHERE state = 'queued' ORDER BY run_at, id LIMIT ?;
 
 -- name: rows_running
-SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail
 FROM nilo_jobs WHERE state = 'running' ORDER BY run_at, id LIMIT ?;
 
 -- name: rows_dead
-SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail
 FROM nilo_jobs WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?;
+
+-- name: holding
+SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail
+FROM nilo_jobs
+WHERE unique_key = :key AND kind IN (SELECT value FROM json_each(:kinds))
+ORDER BY kind;
 
 -- name: counts
 SELECT kind, state, count(*) FROM nilo_jobs GROUP BY kind, state;
