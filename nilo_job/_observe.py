@@ -14,21 +14,32 @@ from contextlib import AbstractContextManager
 from typing import Literal, Protocol, runtime_checkable
 
 from ._values import Tick
+from .store.contract import Claimed
 
-Outcome = Literal["done", "retry", "dead", "released", "dropped"]
-"""How a claimed row ended: run and done; failed and queued again; dead; given back unrun at a
-shutdown; a schedule's missed tick dropped unrun."""
+Outcome = Literal["done", "retrying", "dead", "released", "dropped", "lost"]
+"""How a claimed row ended: run and done; failed and queued again; dead (a run that failed for
+the last time, or a payload that no longer fits, as `BadPayload`); given back unrun at a
+shutdown; a schedule's missed tick dropped unrun; or lost: the end was not written because
+another worker had taken the row after its lease ran out."""
 
 
 @runtime_checkable
 class Observer(Protocol):
-    """What the queue tells an observer. Each method must return quickly and never raise."""
+    """What the queue tells an observer. Each method must return quickly and never raise.
+
+    `nilo_job.metrics.Metrics` is one (Prometheus counters and histograms, OpenTelemetry spans).
+    """
 
     def pushing(self, kind: str) -> AbstractContextManager[None]:
-        """Entered around one push (or push_in) of a row of `kind`."""
+        """Entered around the store write of a push, push_in, push_many (its first row's
+        kind) or seed; a span made current here is the push's."""
 
-    def claimed(self, rows: int, seconds: float) -> None:
-        """A claim by `serve` took `rows` rows in `seconds` (wall time of the store call)."""
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        """One row of `kind` was written (`row_id`), or its unique key was taken (None)."""
+
+    def claimed(self, rows: Sequence[Claimed], now_us: int, seconds: float) -> None:
+        """A claim (by `serve` or a drain) took `rows` at `now_us` on the claim's clock, in
+        `seconds` of wall time against the store."""
 
     def running(self, kind: str, tick: Tick) -> AbstractContextManager[None]:
         """Entered around the call of `run` for `tick`; a span made current here is the parent
@@ -36,7 +47,7 @@ class Observer(Protocol):
 
     def ended(self, kind: str, outcome: Outcome, error: str | None, seconds: float) -> None:
         """A claimed row ended as `outcome`; `error` is the failure's class name, `seconds` the
-        run's duration (0 for a row that did not run)."""
+        duration of the run call (0 for a row that did not run)."""
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -257,6 +258,7 @@ class Jobs:
         try:
             with self._pushing(kind.name):
                 (row_id,) = await self.store.push([row])
+                self._pushed([row], [row_id])
         except BaseException:
             if within is not None:
                 await within.delete(mark)
@@ -295,8 +297,10 @@ class Jobs:
         made = [self._new_row(value, after_ms, at, None) for value in values]
         if not made:
             return []
-        with self._pushing(made[0][0].name):
-            ids = await self.store.push([row for _kind, row in made])
+        rows = [row for _kind, row in made]
+        with self._pushing(rows[0].kind):
+            ids = await self.store.push(rows)
+            self._pushed(rows, ids)
         self.wake()
         return [row_id for row_id in ids if row_id is not None]
 
@@ -332,6 +336,7 @@ class Jobs:
         kind, row = self._new_row(value, after_ms, at, unique)
         with self._pushing(kind.name):
             (row_id,) = await self.store.push_in(tx, [row])
+            self._pushed([row], [row_id])
         return row_id
 
     def observe(self, observer: Observer) -> None:
@@ -342,8 +347,8 @@ class Jobs:
         """
         if not isinstance(observer, Observer):
             raise Refusal(
-                f"observe({observer!r}): an observer has pushing, claimed, running and ended; "
-                "see nilo_job.metrics for one"
+                f"observe({observer!r}): an observer has pushing, pushed, claimed, running and "
+                "ended; see nilo_job.metrics for one"
             )
         self._observers = (*self._observers, observer)
 
@@ -351,6 +356,16 @@ class Jobs:
         if not self._observers:
             return contextlib.nullcontext()
         return around([observer.pushing(kind) for observer in self._observers])
+
+    def _pushed(self, rows: Sequence[NewRow], ids: Sequence[int | None]) -> None:
+        for observer in self._observers:
+            for row, row_id in zip(rows, ids, strict=True):
+                observer.pushed(row.kind, row_id)
+
+    def _claimed(self, rows: Sequence[Claimed], now_us: int, began: float) -> None:
+        seconds = time.monotonic() - began
+        for observer in self._observers:
+            observer.claimed(rows, now_us, seconds)
 
     def _serving_loop(self) -> asyncio.AbstractEventLoop | None:
         """The loop `serve` runs on in this process, if it runs here (not in a parent we forked
@@ -500,7 +515,9 @@ class Jobs:
             if kind.schedule is not None
         ]
         if rows:
-            await self.store.push(rows)
+            with self._pushing(rows[0].kind):
+                ids = await self.store.push(rows)
+                self._pushed(rows, ids)
 
     # ------------------------------------------------------------------------------ running
 
@@ -542,7 +559,10 @@ class Jobs:
         if not _INT64_MIN <= now_us <= _INT64_MAX - self.lease_ms * 1_000:
             raise Refusal(f"drain_at({now_us}): a moment no store can hold; pass a nearer one")
         while True:
+            began = time.monotonic()
             rows = await self.store.claim(self._names, now_us, now_us + self.lease_ms * 1_000, 1)
+            if self._observers:
+                self._claimed(rows, now_us, began)
             if not rows:
                 return False
             if await self._execute(rows[0], lambda: now_us):
@@ -716,6 +736,9 @@ class Jobs:
         fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
         if applied is None:
             return
+        outcome: Outcome = "lost" if not applied else "dropped" if dropped else _outcome(end)
+        for observer in self._observers:
+            observer.ended(kind.name, outcome, _error_of(end), seconds)
         if not applied:
             log.warning(
                 "%s row %d: the lease ran out and another worker took the row; this attempt's "
@@ -723,9 +746,6 @@ class Jobs:
                 kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
             )  # fmt: skip
             return
-        for observer in self._observers:
-            outcome: Outcome = "dropped" if dropped else _outcome(end)
-            observer.ended(kind.name, outcome, _error_of(end), seconds)
         progress = self._progress.pop(row.id, None)
         if isinstance(end, Done):
             await self._put_status(row.id, State.DONE, row.attempts, progress)
@@ -856,8 +876,8 @@ class Jobs:
                 rows = await claim
                 await self.store.finish([Released(r.id, r.attempts, r.run_at) for r in rows])
             raise
-        for observer in self._observers:
-            observer.claimed(len(rows), time.monotonic() - began)
+        if self._observers:
+            self._claimed(rows, now, began)
         return rows
 
     async def _stop(self, running: set[asyncio.Task[bool]], grace_ms: int) -> None:
@@ -912,7 +932,7 @@ def _outcome(end: End) -> Outcome:
     if isinstance(end, Done):
         return "done"
     if isinstance(end, Retrying):
-        return "retry"
+        return "retrying"
     if isinstance(end, Died):
         return "dead"
     return "released"
@@ -1051,7 +1071,12 @@ async def _call_in_thread(
             loop.call_soon_threadsafe(settle, error)
 
     started = time.monotonic()
-    threading.Thread(target=work, name=f"nilo-job {kind.name}", daemon=True).start()
+    # The thread runs in a copy of this task's context, so a span made current around the run
+    # (an observer's) is the parent of the spans the run makes.
+    context = contextvars.copy_context()
+    threading.Thread(
+        target=context.run, args=(work,), name=f"nilo-job {kind.name}", daemon=True
+    ).start()
     execution.thread_started = True
     try:
         await asyncio.wait_for(asyncio.shield(outcome), timeout_s)

@@ -12,24 +12,22 @@ What is measured (times in seconds):
     nilo_job_pushed_total{kind}          counter    rows this process inserted (push, push_in,
                                                     seeding); a unique key already taken is not
     nilo_job_runs_total{kind,outcome}    counter    ends this process wrote: done, retrying,
-                                                    dead, released (given back at shutdown)
+                                                    dead, released (given back at shutdown),
+                                                    dropped (a missed tick)
     nilo_job_failures_total{kind,error}  counter    failed attempts, by the exception's class name
-    nilo_job_run_seconds{kind}           histogram  from the claim to the end being written
+    nilo_job_run_seconds{kind}           histogram  how long each call of run took
     nilo_job_claim_seconds               histogram  how long one claim took against the store
     nilo_job_claim_delay_seconds{kind}   histogram  how late a row was claimed: the claim's
                                                     clock minus the row's run_at
     nilo_job_lost_leases_total{kind}     counter    ends not written: another worker had the row
 
-The queue has no event hooks yet, so `Metrics` puts a proxy in front of the queue's store
-(`jobs.store`): the proxy implements the store contract, passes every call through, and measures
-on the way. A run is the time between the claim that took a row and the `finish` that ended it,
-matched by (row id, attempt); its outcome and error name are read off the end (`Done`,
-`Retrying`, `Died`, `Released`). See docs/metrics.md for what a proxy cannot tell apart and the
-hook that would.
+`Metrics` is an observer of the queue (`jobs.observe`, `nilo_job/_observe.py`): the queue tells
+it of every push, claim, run and end, and it counts.
 
 OpenTelemetry (optional, `opentelemetry-api`): every push is a PRODUCER span `push <kind>`,
-current while the row is written; every run is a CONSUMER span `run <kind>` from the claim to the
-end, with status ERROR and the error's name when the attempt failed. Spans record only when the
+current while the row is written; every run is a CONSUMER span `run <kind>`, current while `run`
+is called (so the run's own spans are its children), with status ERROR and the exception
+recorded when the attempt failed. Spans record only when the
 application set a tracer provider (or passed one); otherwise the API's no-op tracer costs
 next to nothing.
 """
@@ -38,29 +36,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from . import JobError, Jobs, Refusal, Stats
-from .store.contract import (
-    ROW_STATES,
-    Claimed,
-    DeadRow,
-    Died,
-    Done,
-    End,
-    NewRow,
-    Released,
-    Retrying,
-    RowView,
-    Store,
-)
+from . import JobError, Jobs, Refusal
+from ._observe import Outcome
+from ._values import Tick
+from .store.contract import ROW_STATES, Claimed
 
 try:
     from opentelemetry import trace as otel
@@ -68,7 +54,7 @@ except ImportError:  # the metrics extra brings it; without it there are no span
     otel = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.trace import Tracer, TracerProvider
 
 __all__ = ["BUCKETS_S", "Metrics"]
 
@@ -82,17 +68,6 @@ BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
              900.0, 3_600.0)  # fmt: skip
 """The histograms' bucket bounds, in seconds: a claim takes milliseconds, a run or a wait
 minutes."""
-
-_MAX_OPEN_RUNS = 100_000  # claims remembered until their end; past it the oldest are forgotten
-
-
-@dataclass(slots=True)
-class _Open:
-    """A claimed row whose end this process has not written yet."""
-
-    kind: str
-    started: float  # time.perf_counter() at the claim
-    span: Span | None
 
 
 class Metrics:
@@ -122,13 +97,13 @@ class Metrics:
         tracer_provider: TracerProvider | None = None,
         buckets_s: Sequence[float] = BUCKETS_S,
     ) -> None:
-        if isinstance(jobs.store, _MeteredStore):
+        if any(isinstance(observer, Metrics) for observer in jobs._observers):
             raise Refusal(
                 "this job.Jobs is measured already: build one Metrics per queue and share it"
             )
         self.jobs = jobs
         self.registry = CollectorRegistry() if registry is None else registry
-        self.pushed = Counter(
+        self.pushed_total = Counter(
             "nilo_job_pushed",
             "Rows this process inserted, by kind.",
             ["kind"],
@@ -136,7 +111,8 @@ class Metrics:
         )
         self.runs = Counter(
             "nilo_job_runs",
-            "Runs this process ended, by kind and outcome (done, retrying, dead, released).",
+            "Rows this process ended, by kind and outcome (done, retrying, dead, released, "
+            "dropped).",
             ["kind", "outcome"],
             registry=self.registry,
         )
@@ -154,7 +130,7 @@ class Metrics:
         )
         self.run_seconds = Histogram(
             "nilo_job_run_seconds",
-            "Seconds from the claim of a row to the end of its run being written, by kind.",
+            "Seconds one call of run took, by kind.",
             ["kind"],
             buckets=buckets_s,
             registry=self.registry,
@@ -177,8 +153,7 @@ class Metrics:
         self._tracer: Tracer | None = (
             None if otel is None else otel.get_tracer("nilo_job", tracer_provider=tracer_provider)
         )
-        self.store = _MeteredStore(jobs.store, self)
-        jobs.store = self.store
+        jobs.observe(self)
 
     def __repr__(self) -> str:
         return f"Metrics({self.jobs!r})"
@@ -192,7 +167,7 @@ class Metrics:
         (stale counts would be worse than none); it is logged, not raised.
         """
         try:
-            counts = await self.store.counts()
+            counts = await self.jobs.store.counts()
         except (JobError, OSError) as error:
             log.warning("metrics: the store cannot be read: %s", error)
             self._rows.counts = None
@@ -237,40 +212,83 @@ class Metrics:
             {"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body}
         )
 
-    # ----------------------------------------------------------------------------- spans
+    # -------------------------------------------------------------------------- observer
 
-    def push_span(self, rows: Sequence[NewRow]) -> contextlib.AbstractContextManager[Span | None]:
-        """The span current while `rows` are written: `push <kind>`, PRODUCER."""
-        if self._tracer is None or not rows:
-            return contextlib.nullcontext()
-        kinds = sorted({row.kind for row in rows})
-        attributes: dict[str, str | int] = {
-            "messaging.system": "nilo_job",
-            "messaging.operation.type": "send",
-            "messaging.destination.name": ",".join(kinds),
-        }
-        if len(rows) > 1:
-            attributes["messaging.batch.message_count"] = len(rows)
-        name = f"push {kinds[0]}" if len(kinds) == 1 else "push"
-        return self._tracer.start_as_current_span(
-            name, kind=otel.SpanKind.PRODUCER, attributes=attributes
-        )
-
-    def run_span(self, row: Claimed) -> Span | None:
-        """The span of one run, started at its claim: `run <kind>`, CONSUMER."""
+    def pushing(self, kind: str) -> contextlib.AbstractContextManager[Any]:
+        """The span current while a push writes: `push <kind>`, PRODUCER."""
         if self._tracer is None:
-            return None
-        return self._tracer.start_span(
-            f"run {row.kind}",
-            kind=otel.SpanKind.CONSUMER,
+            return contextlib.nullcontext()
+        return self._tracer.start_as_current_span(
+            f"push {kind}",
+            kind=otel.SpanKind.PRODUCER,
             attributes={
                 "messaging.system": "nilo_job",
-                "messaging.operation.type": "process",
-                "messaging.destination.name": row.kind,
-                "messaging.message.id": str(row.id),
-                "nilo_job.attempt": row.attempts,
+                "messaging.operation.type": "send",
+                "messaging.destination.name": kind,
             },
         )
+
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        """Count a row written; mark the push's span with its id (or the key taken)."""
+        span = otel.get_current_span() if otel is not None else None
+        if row_id is None:
+            if span is not None and span.is_recording():
+                span.set_attribute("nilo_job.unique_taken", True)
+            return
+        self.pushed_total.labels(kind).inc()
+        if span is not None and span.is_recording():
+            span.set_attribute("messaging.message.id", str(row_id))
+
+    def claimed(self, rows: Sequence[Claimed], now_us: int, seconds: float) -> None:
+        """Time the claim, and how late each row it took was, on the claim's clock."""
+        self.claim_seconds.observe(seconds)
+        for row in rows:
+            self.claim_delay_seconds.labels(row.kind).observe(
+                max(now_us - row.run_at, 0) / 1_000_000
+            )
+
+    def running(self, kind: str, tick: Tick) -> contextlib.AbstractContextManager[Any]:
+        """The span current while `run` is called: `run <kind>`, CONSUMER; a failure sets its
+        status to ERROR with the exception's class name."""
+        if self._tracer is None:
+            return contextlib.nullcontext()
+        return self._run_span(self._tracer, kind, tick)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _run_span(tracer: Tracer, kind: str, tick: Tick) -> Iterator[None]:
+        attributes: dict[str, str | int] = {
+            "messaging.system": "nilo_job",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": kind,
+            "messaging.message.id": str(tick.id),
+            "nilo_job.attempt": tick.attempts,
+        }
+        with tracer.start_as_current_span(
+            f"run {kind}",
+            kind=otel.SpanKind.CONSUMER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                yield
+            except BaseException as error:
+                name = type(error).__name__
+                span.set_attribute("error.type", name)
+                span.set_status(otel.Status(otel.StatusCode.ERROR, name))
+                raise
+
+    def ended(self, kind: str, outcome: Outcome, error: str | None, seconds: float) -> None:
+        """Count the end by outcome and error name, and time the run."""
+        if outcome == "lost":
+            self.lost_leases.labels(kind).inc()
+            return
+        self.runs.labels(kind, outcome).inc()
+        if outcome in ("done", "retrying", "dead", "released") and seconds > 0:
+            self.run_seconds.labels(kind).observe(seconds)
+        if error is not None:
+            self.failures.labels(kind, error).inc()
 
 
 class _Rows:
@@ -304,153 +322,3 @@ class _Rows:
             for (kind, state), n in sorted(every.items()):
                 rows.add_metric([kind, state], n)
         return [rows, up]
-
-
-class _MeteredStore:
-    """The queue's store with measuring in front: every method of the contract, passed on.
-
-    `wrapped` is the store underneath (the dashboard reads through it); any other attribute
-    (`ddl`, `path`, ...) is the wrapped store's.
-    """
-
-    def __init__(self, wrapped: Store, metrics: Metrics) -> None:
-        self.wrapped = wrapped
-        self._metrics = metrics
-        self._open: dict[tuple[int, int], _Open] = {}
-
-    def __repr__(self) -> str:
-        return repr(self.wrapped)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
-
-    async def open(self) -> None:
-        await self.wrapped.open()
-
-    async def close(self) -> None:
-        await self.wrapped.close()
-
-    async def ping(self) -> None:
-        await self.wrapped.ping()
-
-    async def now_us(self) -> int | None:
-        return await self.wrapped.now_us()
-
-    async def watch(self, wake: Callable[[], None]) -> None:
-        await self.wrapped.watch(wake)
-
-    async def create_missing(self) -> None:
-        await self.wrapped.create_missing()
-
-    async def check(self) -> None:
-        await self.wrapped.check()
-
-    def _pushed(self, rows: Sequence[NewRow], ids: Sequence[int | None]) -> None:
-        for row, row_id in zip(rows, ids, strict=True):
-            if row_id is not None:
-                self._metrics.pushed.labels(row.kind).inc()
-
-    async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
-        with self._metrics.push_span(rows) as span:
-            ids = await self.wrapped.push(rows)
-            _mark_pushed(span, ids)
-        self._pushed(rows, ids)
-        return ids
-
-    async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
-        with self._metrics.push_span(rows) as span:
-            ids = await self.wrapped.push_in(tx, rows)
-            _mark_pushed(span, ids)
-        self._pushed(rows, ids)
-        return ids
-
-    async def claim(
-        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
-    ) -> list[Claimed]:
-        metrics = self._metrics
-        began = time.perf_counter()
-        rows = await self.wrapped.claim(kinds, now_us, lease_until_us, limit)
-        claimed = time.perf_counter()
-        metrics.claim_seconds.observe(claimed - began)
-        for row in rows:
-            metrics.claim_delay_seconds.labels(row.kind).observe(
-                max(now_us - row.run_at, 0) / 1_000_000
-            )
-            while len(self._open) >= _MAX_OPEN_RUNS:
-                forgotten = self._open.pop(next(iter(self._open)))
-                if forgotten.span is not None:
-                    forgotten.span.end()
-            self._open[(row.id, row.attempts)] = _Open(row.kind, claimed, metrics.run_span(row))
-        return rows
-
-    async def finish(self, ends: Sequence[End]) -> list[bool]:
-        ended = time.perf_counter()
-        answers = await self.wrapped.finish(ends)
-        for end, applied in zip(ends, answers, strict=True):
-            run = self._open.pop((end.id, end.attempts), None)
-            if run is not None:
-                self._ended(run, end, applied, ended)
-        return answers
-
-    def _ended(self, run: _Open, end: End, applied: bool, ended: float) -> None:
-        metrics = self._metrics
-        if not applied:
-            metrics.lost_leases.labels(run.kind).inc()
-            if run.span is not None:
-                run.span.set_attribute("nilo_job.outcome", "lost_lease")
-                run.span.end()
-            return
-        error: str | None = None
-        if isinstance(end, Done):
-            outcome = "done"
-        elif isinstance(end, Retrying):
-            outcome, error = "retrying", end.error
-        elif isinstance(end, Died):
-            outcome, error = "dead", end.error
-        else:
-            assert isinstance(end, Released)
-            outcome = "released"
-        metrics.runs.labels(run.kind, outcome).inc()
-        metrics.run_seconds.labels(run.kind).observe(ended - run.started)
-        if error is not None:
-            metrics.failures.labels(run.kind, error).inc()
-        if run.span is not None:
-            run.span.set_attribute("nilo_job.outcome", outcome)
-            if error is not None:
-                run.span.set_attribute("error.type", error)
-                run.span.set_status(otel.Status(otel.StatusCode.ERROR, error))
-            run.span.end()
-
-    async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
-        return await self.wrapped.hand_on(row_id, attempts, then)
-
-    async def cancel(self, row_id: int) -> bool:
-        return await self.wrapped.cancel(row_id)
-
-    async def stats(self) -> Stats:
-        return await self.wrapped.stats()
-
-    async def dead_ones(self, limit: int) -> list[DeadRow]:
-        return await self.wrapped.dead_ones(limit)
-
-    async def rows(self, state: str, limit: int) -> list[RowView]:
-        return await self.wrapped.rows(state, limit)
-
-    async def counts(self) -> dict[tuple[str, str], int]:
-        return await self.wrapped.counts()
-
-    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
-        return await self.wrapped.holding(key, kinds)
-
-    async def retry_dead(self, row_id: int, now_us: int) -> bool:
-        return await self.wrapped.retry_dead(row_id, now_us)
-
-
-def _mark_pushed(span: Span | None, ids: Sequence[int | None]) -> None:
-    """Put the new row's id (or that its unique key was taken) on a one-row push's span."""
-    if span is None or len(ids) != 1:
-        return
-    if ids[0] is None:
-        span.set_attribute("nilo_job.unique_taken", True)
-    else:
-        span.set_attribute("messaging.message.id", str(ids[0]))

@@ -47,7 +47,10 @@ class Ends:
 
         return contextlib.nullcontext()
 
-    def claimed(self, rows: int, seconds: float) -> None:
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        pass
+
+    def claimed(self, rows: object, now_us: int, seconds: float) -> None:
         pass
 
     def running(self, kind: str, tick: job.Tick) -> Any:
@@ -83,7 +86,7 @@ async def test_a_runaway_thread_neither_blocks_the_loop_nor_overlaps_its_retry()
     beating = asyncio.create_task(heartbeat())
     async with jobs.serving():
         await ends.until(1)
-        assert ends.outcomes[0] == ("retry", "TimedOut")
+        assert ends.outcomes[0] == ("retrying", "TimedOut")
         # The retry is due now, but the first attempt's thread still runs: it must not start,
         # and the loop must go on.
         before = beats
@@ -95,7 +98,7 @@ async def test_a_runaway_thread_neither_blocks_the_loop_nor_overlaps_its_retry()
         await ends.until(2)
     beating.cancel()
     assert started == [1, 2]
-    assert ends.outcomes == [("retry", "TimedOut"), ("done", None)]
+    assert ends.outcomes == [("retrying", "TimedOut"), ("done", None)]
     assert await jobs.stats() == (0, 0, 0)
     assert row is not None
 

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import nilo_job as job
 from nilo_job.metrics import Metrics
-from nilo_job.store.contract import Done, Store
+from nilo_job.store.contract import Store
 
 S = 1_000_000  # microseconds in a second
 
@@ -135,20 +135,31 @@ async def test_the_endpoint_after_pushes_a_success_a_retry_and_a_death(
     assert delay[("nilo_job_claim_delay_seconds_bucket", mail(le="2.5"))] == 4.0
 
 
+@dataclass
+class Overtaken:
+    """A run during which another worker takes its row, its lease having run out."""
+
+    nilo_job = "overtaken"
+    retry = job.Retry.NONE
+
+    async def run(self, tick: job.Tick, queue: job.Jobs) -> None:
+        later = tick.run_at + 10 * queue.lease_ms * 1_000
+        (taken,) = await queue.store.claim(["overtaken"], later, later + S, 1)
+        assert (taken.id, taken.attempts) == (tick.id, 2)
+
+
 async def test_a_lost_lease_is_counted_and_not_a_run(t: int) -> None:
-    jobs = job.Jobs(kinds=[Mail], store=job.Memory(), timeout_ms=1_000)
+    jobs = job.Jobs(kinds=[Overtaken], store=job.Memory(), timeout_ms=1_000)
     metrics = Metrics(jobs)
-    row = await jobs.push(Mail(to="ok"), at=t)
-    store = jobs.store
-    (first,) = await store.claim(["mail"], t, t + S, 1)
-    (second,) = await store.claim(["mail"], t + 2 * S, t + 3 * S, 1)  # the lease ran out
-    assert (first.id, first.attempts, second.id, second.attempts) == (row, 1, row, 2)
-    assert await store.finish([Done(row, 1)]) == [False]
-    assert await store.finish([Done(row, 2)]) == [True]
+    row = await jobs.push(Overtaken(), at=t)
+    assert await jobs.drain_at(t) == 1
+    assert await jobs.stats() == (0, 1, 0)  # the other worker holds it now
+    assert row is not None
 
     _status, _type, samples = await scrape(metrics)
-    assert of(samples, "nilo_job_lost_leases") == {("nilo_job_lost_leases_total", mail()): 1.0}
-    assert of(samples, "nilo_job_runs") == {("nilo_job_runs_total", mail(outcome="done")): 1.0}
+    lost = ("nilo_job_lost_leases_total", (("kind", "overtaken"),))
+    assert of(samples, "nilo_job_lost_leases") == {lost: 1.0}
+    assert of(samples, "nilo_job_runs") == {}
 
 
 async def test_a_store_that_cannot_be_read_is_store_up_zero_and_no_rows() -> None:
@@ -194,23 +205,20 @@ def test_a_queue_is_measured_once() -> None:
         Metrics(jobs)
 
 
-async def test_the_proxy_is_the_store_for_everything_else(tmp_path: Path) -> None:
+async def test_measuring_leaves_the_store_as_it_was(tmp_path: Path) -> None:
     table = job.Table(f"sqlite:///{tmp_path}/q.db")
     jobs = job.Jobs(kinds=[Mail], store=table)
-    metrics = Metrics(jobs)
+    Metrics(jobs)
     try:
-        assert isinstance(jobs.store, job.Store)
-        assert jobs.store is metrics.store
-        assert repr(jobs.store) == repr(table)
-        assert jobs.store.ddl == table.ddl  # type: ignore[attr-defined]
-        await jobs.store.create_missing()
-        await jobs.store.check()
+        assert jobs.store is table
+        await table.create_missing()
         assert await jobs.ready()
         row = await jobs.push(Mail(to="x"))
+        assert row is not None
         assert await jobs.cancel(row)
         assert await jobs.stats() == (0, 0, 0)
     finally:
-        await jobs.store.close()
+        await table.close()
 
 
 async def test_spans_around_push_and_run(t: int) -> None:
@@ -241,12 +249,12 @@ async def test_spans_around_push_and_run(t: int) -> None:
         (span.kind, span.status.status_code, span.status.description, dict(span.attributes or {}))
         for span in runs
     ] == [
-        (SpanKind.CONSUMER, StatusCode.UNSET, None, run_attributes(ok, "done")),
+        (SpanKind.CONSUMER, StatusCode.UNSET, None, run_attributes(ok)),
         (
             SpanKind.CONSUMER,
             StatusCode.ERROR,
             "Rejected",
-            {**run_attributes(bad, "dead"), "error.type": "Rejected"},
+            {**run_attributes(bad), "error.type": "Rejected"},
         ),
     ]
     assert len(spans) == 6
@@ -263,12 +271,45 @@ def push_attributes(message_id: str | None = None) -> dict[str, object]:
     return found
 
 
-def run_attributes(row: int, outcome: str) -> dict[str, object]:
+def run_attributes(row: int) -> dict[str, object]:
     return {
         "messaging.system": "nilo_job",
         "messaging.operation.type": "process",
         "messaging.destination.name": "mail",
         "messaging.message.id": str(row),
         "nilo_job.attempt": 1,
-        "nilo_job.outcome": outcome,
     }
+
+
+providers: list[TracerProvider] = []
+
+
+@dataclass
+class Traced:
+    """A sync run (in a thread of its own) that makes a span of its own."""
+
+    nilo_job = "traced"
+    retry = job.Retry.NONE
+
+    def run(self) -> None:
+        with providers[0].get_tracer("app").start_as_current_span("inside"):
+            pass
+
+
+async def test_a_sync_runs_own_span_is_a_child_of_the_run_span(t: int) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    providers[:] = [provider]
+    jobs = job.Jobs(kinds=[Traced], store=job.Memory())
+    Metrics(jobs, tracer_provider=provider)
+    try:
+        await jobs.push(Traced(), at=t)
+        assert await jobs.drain_at(t) == 1
+        spans = {span.name: span for span in exporter.get_finished_spans()}
+    finally:
+        provider.shutdown()
+    inside, run = spans["inside"], spans["run traced"]
+    assert inside.parent is not None
+    assert run.context is not None
+    assert inside.parent.span_id == run.context.span_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -38,9 +38,15 @@ class Recorder:
         self.events.append(("push", kind))
         yield
 
-    def claimed(self, rows: int, seconds: float) -> None:
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        self.events.append(("pushed", kind, row_id))
+
+    def claimed(
+        self, rows: Sequence[job.store.contract.Claimed], now_us: int, seconds: float
+    ) -> None:
         assert seconds >= 0
-        self.events.append(("claimed", rows))
+        if rows:
+            self.events.append(("claimed", len(rows)))
 
     @contextlib.contextmanager
     def running(self, kind: str, tick: job.Tick) -> Iterator[None]:
@@ -62,11 +68,16 @@ async def test_an_observer_sees_pushes_runs_and_ends_in_order(store: job.Store, 
     assert await jobs.drain_at(t + 1) == 3
     assert seen.events == [
         ("push", "flaky"),
+        ("pushed", "flaky", 1),
         ("push", "flaky"),
+        ("pushed", "flaky", 2),
+        ("claimed", 1),
         ("run", "flaky", 1),
         ("end", "flaky", "done", None),
+        ("claimed", 1),
         ("run", "flaky", 1),
-        ("end", "flaky", "retry", "Boom"),
+        ("end", "flaky", "retrying", "Boom"),
+        ("claimed", 1),
         ("run", "flaky", 2),
         ("end", "flaky", "dead", "Boom"),
     ]
@@ -85,5 +96,5 @@ async def test_serve_reports_its_claims(store: job.Store) -> None:
 
 def test_an_observer_without_the_methods_is_refused() -> None:
     jobs = job.Jobs(kinds=[Flaky], store=job.Memory())
-    with pytest.raises(job.Refusal, match="pushing, claimed, running and ended"):
+    with pytest.raises(job.Refusal, match="pushing, pushed, claimed, running and ended"):
         jobs.observe(object())  # type: ignore[arg-type]
