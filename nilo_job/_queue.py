@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import logging
 import os
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
@@ -22,8 +20,9 @@ from typing import Any, overload
 import msgspec
 
 from . import _policy
+from ._calling import Batcher, Execution, call_async, call_in_thread
 from ._clock import datetime_to_us, now_us
-from ._errors import BadPayload, LeaseLost, Refusal, StoreUnavailable, TimedOut
+from ._errors import BadPayload, LeaseLost, Refusal, StoreUnavailable
 from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
 from ._observe import Observer, Outcome, around
 from ._spaces import Space
@@ -123,10 +122,10 @@ class Jobs:
         self._wakeup: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
         # Rows this process holds, by id, until their execution (thread included) has ended.
-        self._busy: dict[int, _Execution] = {}
+        self._busy: dict[int, Execution] = {}
         self._progress: dict[int, int] = {}
         self._observers: tuple[Observer, ...] = ()
-        self._batcher: _Batcher | None = None
+        self._batcher: Batcher | None = None
 
     def __repr__(self) -> str:
         return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
@@ -617,7 +616,7 @@ class Jobs:
             again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
             await self._write_end(kind, row, again)
             return False
-        execution = _Execution(asyncio.get_running_loop().create_future())
+        execution = Execution(asyncio.get_running_loop().create_future())
         self._busy[row.id] = execution
         execution.ended.add_done_callback(lambda _: self._forget(row.id, execution))
         try:
@@ -626,7 +625,7 @@ class Jobs:
             if kind.is_async or not execution.thread_started:
                 execution.end()
 
-    def _forget(self, row_id: int, execution: _Execution) -> None:
+    def _forget(self, row_id: int, execution: Execution) -> None:
         if self._busy.get(row_id) is execution:
             del self._busy[row_id]
 
@@ -636,7 +635,7 @@ class Jobs:
         row: Claimed,
         value: object,
         clock: Callable[[], int],
-        execution: _Execution,
+        execution: Execution,
         hand_on_at_end: bool,
     ) -> bool:
         started = clock()
@@ -665,9 +664,9 @@ class Jobs:
         try:
             with watch:
                 if kind.is_async:
-                    await _call_async(kind, value, kwargs, timeout_s)
+                    await call_async(kind, value, kwargs, timeout_s)
                 else:
-                    await _call_in_thread(kind, value, kwargs, timeout_s, execution)
+                    await call_in_thread(kind, value, kwargs, timeout_s, execution)
         except asyncio.CancelledError as cancelled:
             task = asyncio.current_task()
             if task is None or not task.cancelling():
@@ -796,7 +795,7 @@ class Jobs:
         self._serve_task = asyncio.current_task()
         running: set[asyncio.Task[bool]] = set()
         watching = asyncio.create_task(self.store.watch(self.wake))
-        self._batcher = _Batcher(self.store)
+        self._batcher = Batcher(self.store)
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
         try:
             await self._claim_loop(running)
@@ -962,135 +961,3 @@ def _plain(payload: bytes) -> Any:
         return msgspec.json.decode(payload)
     except msgspec.DecodeError:
         return payload.decode(errors="replace")
-
-
-async def _call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_s: float) -> None:
-    coro = kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
-    try:
-        async with asyncio.timeout(timeout_s) as scope:
-            await coro
-    except TimeoutError:
-        if scope.expired():
-            raise TimedOut(
-                f"{kind.name} ran longer than {timeout_s:g} s and was cancelled"
-            ) from None
-        raise
-
-
-class _Batcher:
-    """Writes the ends of runs in batches: while one `store.finish` is in flight, the ends that
-    arrive meanwhile wait and go together in the next (a group commit).
-
-    Each run still waits for its own end to be written before its row counts as finished, so
-    batching costs at-least-once nothing; it turns one transaction per row into one per batch.
-    """
-
-    MAX = 256
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.pending: list[tuple[End, asyncio.Future[bool]]] = []
-        self.writing = False
-
-    async def finish(self, end: End) -> bool:
-        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.pending.append((end, answer))
-        if not self.writing:
-            self.writing = True
-            asyncio.get_running_loop().create_task(self._write())
-        return await answer
-
-    async def _write(self) -> None:
-        try:
-            while self.pending:
-                batch, self.pending = self.pending[: self.MAX], self.pending[self.MAX :]
-                try:
-                    applied = await self.store.finish([end for end, _ in batch])
-                except Exception as error:
-                    for _, answer in batch:
-                        if not answer.done():
-                            answer.set_exception(error)
-                else:
-                    for (_, answer), ok in zip(batch, applied, strict=True):
-                        if not answer.done():
-                            answer.set_result(ok)
-        finally:
-            self.writing = False
-
-
-class _Execution:
-    """One execution of a row in this process: `ended` resolves once it has wholly ended,
-    its thread included (a sync run's thread may outlive its timeout)."""
-
-    __slots__ = ("ended", "thread_started")
-
-    def __init__(self, ended: asyncio.Future[None]) -> None:
-        self.ended = ended
-        self.thread_started = False
-
-    def end(self) -> None:
-        if not self.ended.done():
-            self.ended.set_result(None)
-
-
-async def _call_in_thread(
-    kind: Kind,
-    value: object,
-    kwargs: dict[str, Any],
-    timeout_s: float,
-    execution: _Execution,
-) -> None:
-    """Run a sync `run` in a daemon thread of its own so the event loop never blocks.
-
-    `done` resolves when the thread returns, whatever happened to the waiting: Python cannot
-    stop a thread, so a timed-out run keeps going until it returns, and its row stays busy in
-    this process until then (see `_execute`).
-    """
-    loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[None] = loop.create_future()
-
-    def settle(error: BaseException | None) -> None:
-        if not outcome.done():
-            if error is None:
-                outcome.set_result(None)
-            elif isinstance(error, StopIteration | KeyboardInterrupt | SystemExit):
-                # A future cannot carry these three as they are; the attempt still fails
-                # under their name.
-                outcome.set_exception(_carried(error))
-            else:
-                outcome.set_exception(error)
-        execution.end()
-
-    def work() -> None:
-        error: BaseException | None = None
-        try:
-            kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
-        except BaseException as failure:  # handed to the loop, which decides
-            error = failure
-        with contextlib.suppress(RuntimeError):  # the loop closed while the thread ran
-            loop.call_soon_threadsafe(settle, error)
-
-    started = time.monotonic()
-    # The thread runs in a copy of this task's context, so a span made current around the run
-    # (an observer's) is the parent of the spans the run makes.
-    context = contextvars.copy_context()
-    threading.Thread(
-        target=context.run, args=(work,), name=f"nilo-job {kind.name}", daemon=True
-    ).start()
-    execution.thread_started = True
-    try:
-        await asyncio.wait_for(asyncio.shield(outcome), timeout_s)
-    except TimeoutError:
-        if outcome.done():
-            raise
-        raise TimedOut(
-            f"{kind.name} ran longer than {timeout_s:g} s; its thread cannot be stopped and "
-            f"was left to finish ({time.monotonic() - started:.1f} s so far)"
-        ) from None
-
-
-def _carried(error: BaseException) -> Exception:
-    """An exception a future can carry, named after `error` (SystemExit, KeyboardInterrupt,
-    StopIteration), so the dead row keeps the name the run raised."""
-    carrier: type[Exception] = type(type(error).__name__, (Exception,), {"__module__": "nilo_job"})
-    return carrier(str(error))

@@ -1,0 +1,154 @@
+"""Calling a kind's `run`, and writing ends in batches: the mechanics under `Jobs`.
+
+An async run is awaited under `asyncio.timeout`; a sync run gets a daemon thread of its own (so
+the event loop never blocks, and a hung run cannot keep a stopping process alive) and runs in a
+copy of the caller's context (so a span made current around it is its parent). Python cannot
+stop a thread: a timed-out sync run is reported as `TimedOut` at once, and its `Execution`
+resolves only when the thread returns. `Batcher` turns the ends of concurrent runs into one
+`store.finish` per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+import time
+from typing import Any
+
+from ._errors import TimedOut
+from ._kinds import Kind
+from .store.contract import End, Store
+
+
+async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_s: float) -> None:
+    coro = kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
+    try:
+        async with asyncio.timeout(timeout_s) as scope:
+            await coro
+    except TimeoutError:
+        if scope.expired():
+            raise TimedOut(
+                f"{kind.name} ran longer than {timeout_s:g} s and was cancelled"
+            ) from None
+        raise
+
+
+class Batcher:
+    """Writes the ends of runs in batches: while one `store.finish` is in flight, the ends that
+    arrive meanwhile wait and go together in the next (a group commit).
+
+    Each run still waits for its own end to be written before its row counts as finished, so
+    batching costs at-least-once nothing; it turns one transaction per row into one per batch.
+    """
+
+    MAX = 256
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pending: list[tuple[End, asyncio.Future[bool]]] = []
+        self.writing = False
+
+    async def finish(self, end: End) -> bool:
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.pending.append((end, answer))
+        if not self.writing:
+            self.writing = True
+            asyncio.get_running_loop().create_task(self._write())
+        return await answer
+
+    async def _write(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending[: self.MAX], self.pending[self.MAX :]
+                try:
+                    applied = await self.store.finish([end for end, _ in batch])
+                except Exception as error:
+                    for _, answer in batch:
+                        if not answer.done():
+                            answer.set_exception(error)
+                else:
+                    for (_, answer), ok in zip(batch, applied, strict=True):
+                        if not answer.done():
+                            answer.set_result(ok)
+        finally:
+            self.writing = False
+
+
+class Execution:
+    """One execution of a row in this process: `ended` resolves once it has wholly ended,
+    its thread included (a sync run's thread may outlive its timeout)."""
+
+    __slots__ = ("ended", "thread_started")
+
+    def __init__(self, ended: asyncio.Future[None]) -> None:
+        self.ended = ended
+        self.thread_started = False
+
+    def end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+async def call_in_thread(
+    kind: Kind,
+    value: object,
+    kwargs: dict[str, Any],
+    timeout_s: float,
+    execution: Execution,
+) -> None:
+    """Run a sync `run` in a daemon thread of its own so the event loop never blocks.
+
+    `done` resolves when the thread returns, whatever happened to the waiting: Python cannot
+    stop a thread, so a timed-out run keeps going until it returns, and its row stays busy in
+    this process until then (see `_execute`).
+    """
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not outcome.done():
+            if error is None:
+                outcome.set_result(None)
+            elif isinstance(error, StopIteration | KeyboardInterrupt | SystemExit):
+                # A future cannot carry these three as they are; the attempt still fails
+                # under their name.
+                outcome.set_exception(_carried(error))
+            else:
+                outcome.set_exception(error)
+        execution.end()
+
+    def work() -> None:
+        error: BaseException | None = None
+        try:
+            kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
+        except BaseException as failure:  # handed to the loop, which decides
+            error = failure
+        with contextlib.suppress(RuntimeError):  # the loop closed while the thread ran
+            loop.call_soon_threadsafe(settle, error)
+
+    started = time.monotonic()
+    # The thread runs in a copy of this task's context, so a span made current around the run
+    # (an observer's) is the parent of the spans the run makes.
+    context = contextvars.copy_context()
+    threading.Thread(
+        target=context.run, args=(work,), name=f"nilo-job {kind.name}", daemon=True
+    ).start()
+    execution.thread_started = True
+    try:
+        await asyncio.wait_for(asyncio.shield(outcome), timeout_s)
+    except TimeoutError:
+        if outcome.done():
+            raise
+        raise TimedOut(
+            f"{kind.name} ran longer than {timeout_s:g} s; its thread cannot be stopped and "
+            f"was left to finish ({time.monotonic() - started:.1f} s so far)"
+        ) from None
+
+
+def _carried(error: BaseException) -> Exception:
+    """An exception a future can carry, named after `error` (SystemExit, KeyboardInterrupt,
+    StopIteration), so the dead row keeps the name the run raised."""
+    carrier: type[Exception] = type(type(error).__name__, (Exception,), {"__module__": "nilo_job"})
+    return carrier(str(error))
