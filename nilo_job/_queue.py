@@ -8,6 +8,7 @@ is read here and nowhere below: `drain_at(now_us)` replaces it for a whole drain
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -35,6 +36,8 @@ log = logging.getLogger("nilo_job")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
 _CLOCK_EVERY_US = 60_000_000  # how often serve re-reads a store's own clock
+_AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
+_AHEAD_MAX = 8  # and at most this many rows per worker
 
 SCHEDULE_KEY = "schedule"
 """The unique key of a schedule's next tick: one row of a scheduled kind holds it (seed)."""
@@ -126,6 +129,7 @@ class Jobs:
         self._progress: dict[int, int] = {}
         self._observers: tuple[Observer, ...] = ()
         self._batcher: Batcher | None = None
+        self._run_s: float | None = None  # recent seconds per run (moving average), for _ahead
 
     def __repr__(self) -> str:
         return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
@@ -687,6 +691,7 @@ class Jobs:
         except BaseException as failure:
             error = failure  # SystemExit and the like from a run end the attempt, not the worker
         seconds = time.monotonic() - began
+        self._run_s = seconds if self._run_s is None else 0.8 * self._run_s + 0.2 * seconds
         ended = clock()
         # Overlap.SKIP: the next tick is computed from the clock when the run ends.
         then = self._tick_row(kind, row.run_at, ended) if hand_on_at_end else None
@@ -794,13 +799,18 @@ class Jobs:
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
         running: set[asyncio.Task[bool]] = set()
+        waiting: collections.deque[tuple[Claimed, int]] = collections.deque()
         watching = asyncio.create_task(self.store.watch(self.wake))
         self._batcher = Batcher(self.store)
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
         try:
-            await self._claim_loop(running)
+            await self._claim_loop(running, waiting)
         finally:
             watching.cancel()
+            if waiting:  # claimed ahead and never started: queued again, unrun
+                ends = [_released(row) for row, _claimed_at in waiting]
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.store.finish(ends))
             await self._stop(running, grace_ms)
             self._batcher = None
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -823,12 +833,23 @@ class Jobs:
         self._clock = lambda: now_us() + offset
         self._clock_read_at = after
 
-    async def _claim_loop(self, running: set[asyncio.Task[bool]]) -> None:
+    async def _claim_loop(
+        self, running: set[asyncio.Task[bool]], waiting: collections.deque[tuple[Claimed, int]]
+    ) -> None:
+        """Claim, start, repeat. `waiting` holds rows claimed ahead of a free worker (with the
+        clock reading of their claim), so that fast runs are claimed in batches."""
         assert self._wakeup is not None
         wakeup = self._wakeup
         poll_s = self.poll_ms / 1_000
         while True:
             free = self.workers - len(running)
+            while free > 0 and waiting:
+                row, claimed_at = waiting.popleft()
+                if self._still_leased(row, claimed_at):
+                    self._start(row, running)
+                    free -= 1
+                else:
+                    await self._write_end(self._kinds[row.kind], row, _released(row))
             if free <= 0:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 # Runs that end together free their slots together: let them, so one claim
@@ -840,8 +861,9 @@ class Jobs:
                 with contextlib.suppress(Exception):
                     await self._follow_store_clock()
             now = self._clock()
+            limit = free + self._ahead()
             try:
-                rows = await self._claim_shielded(now, free)
+                rows = await self._claim_shielded(now, limit)
             except Exception as error:
                 log.error(
                     "claim failed with %s: %s; asking again in %.1f s",
@@ -850,13 +872,33 @@ class Jobs:
                 )  # fmt: skip
                 await asyncio.sleep(poll_s)
                 continue
-            for row in rows:
-                task = asyncio.create_task(self._execute(row, self._clock))
-                running.add(task)
-                task.add_done_callback(running.discard)
+            waiting.extend((row, now) for row in rows)
             if len(rows) < free:
+                for row, _claimed_at in [waiting.popleft() for _ in range(len(waiting))]:
+                    self._start(row, running)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wakeup.wait(), poll_s)
+
+    def _start(self, row: Claimed, running: set[asyncio.Task[bool]]) -> None:
+        task = asyncio.create_task(self._execute(row, self._clock))
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    def _ahead(self) -> int:
+        """How many rows to claim beyond the free workers: as many as the workers would start
+        within `_AHEAD_S` at the runs' recent pace, at most `_AHEAD_MAX` per worker, and none
+        while runs are slow (a slow row waiting here is a row another process could run)."""
+        pace = self._run_s
+        if pace is None:
+            return 0
+        return min(self.workers * _AHEAD_MAX, int(self.workers * _AHEAD_S / max(pace, 1e-6)))
+
+    def _still_leased(self, row: Claimed, claimed_at: int) -> bool:
+        """Whether a row claimed ahead can still run under its lease: its wait plus its kind's
+        timeout must fit in the lease, or another worker may take it while it runs."""
+        kind = self._kinds[row.kind]
+        timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
+        return self._clock() - claimed_at < self.lease_ms * 1_000 - timeout_us
 
     async def _claim_shielded(self, now: int, limit: int) -> list[Claimed]:
         """A claim that, when serve is cancelled mid-claim, gives the rows it took back.
@@ -925,6 +967,10 @@ class Jobs:
 _STORE_METHODS = tuple(
     name for name in vars(Store) if not name.startswith("_") and callable(getattr(Store, name))
 )
+
+
+def _released(row: Claimed) -> Released:
+    return Released(row.id, row.attempts, row.run_at)
 
 
 def _outcome(end: End) -> Outcome:
