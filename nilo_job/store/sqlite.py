@@ -218,6 +218,9 @@ class SqliteTable:
     # ---------------------------------------------------------------------------------- rows
 
     async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        if len(rows) == 1:
+            # One INSERT is its own transaction: no BEGIN and COMMIT to send around it.
+            return await self._call(lambda conn: self._retry_busy(lambda: _insert(conn, rows)))
         return await self._call(lambda conn: self._write(conn, lambda c: _insert(c, rows)))
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
