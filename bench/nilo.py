@@ -1,0 +1,363 @@
+"""nilo-job's side of the benchmark, through its public API only (run with the project's .venv).
+
+    .venv/bin/python bench/nilo.py ACTION --url postgresql://…|sqlite:///… [--jobs N] …
+
+Every action prints one `RESULT {json}` line (see bench/common.py). The job is a no-op
+`async def run`; a hook set per action counts or timestamps runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sqlite3
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import nilo_job as job
+from nilo_job.store.contract import Released
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+
+print(f"nilo_job from {os.path.dirname(job.__file__)}", file=sys.stderr)
+
+
+def _nothing(_i: int) -> None:
+    return None
+
+
+_on_run = _nothing
+
+
+@dataclass
+class Noop:
+    nilo_job = "noop"
+    retry = job.Retry.NONE
+
+    i: int = 0
+
+    async def run(self) -> None:
+        _on_run(self.i)
+
+
+class ClaimCount:
+    """An observer (`jobs.observe`) that counts the claims `serve` makes.
+
+    Written against the observer protocol loosely on purpose (any hook it does not know is a
+    no-op that returns a null context manager), so that the protocol can grow while the
+    benchmark keeps working.
+    """
+
+    def __init__(self) -> None:
+        self.claims = 0
+        self.rows = 0
+
+    def claimed(self, rows: Any, *_rest: Any) -> None:
+        self.claims += 1
+        self.rows += rows if isinstance(rows, int) else len(rows)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *_args, **_kwargs: contextlib.nullcontext()
+
+
+def queue(store: Any, args: argparse.Namespace, **options: Any) -> job.Jobs:
+    return job.Jobs(
+        kinds=[Noop], store=store, workers=args.workers, poll_ms=args.poll_ms, **options
+    )
+
+
+async def ready_store(url: str) -> Any:
+    store = job.Table(url)
+    await store.create_missing()
+    await store.open()
+    return store
+
+
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
+
+
+# ------------------------------------------------------------------------------------- W1
+
+
+async def w1_one(args: argparse.Namespace) -> dict[str, Any]:
+    """A loop of `await jobs.push(Noop(i))`: one producer, each push its own transaction."""
+    jobs = queue(await ready_store(args.url), args)
+    watch = common.Stopwatch(args.cap_s)
+    for i in range(args.jobs):
+        if watch.over():
+            break
+        await jobs.push(Noop(i))
+        watch.done += 1
+    return watch.result(args.jobs)
+
+
+async def w1_pool16(args: argparse.Namespace) -> dict[str, Any]:
+    """16 asyncio tasks pushing at once through one store: on PostgreSQL `job.Table(pool)` over
+    a pool of `--connections` connections, on SQLite the store's one connection."""
+    if common.is_sqlite(args.url):
+        store = await ready_store(args.url)
+        note = "job.Table(sqlite) (one connection in the store's thread)"
+    else:
+        from psycopg_pool import AsyncConnectionPool
+
+        pool = AsyncConnectionPool(
+            args.url,
+            min_size=args.connections,
+            max_size=args.connections,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        await pool.open(wait=True)
+        store = job.Table(pool)
+        await store.create_missing()
+        note = f"job.Table(AsyncConnectionPool(min_size=max_size={args.connections}))"
+    jobs = queue(store, args)
+
+    async def producer(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            if watch.over():
+                return
+            await jobs.push(Noop(i))
+            watch.done += 1
+
+    shares = split(args.jobs, args.producers)
+    starts = [sum(shares[:k]) for k in range(len(shares))]
+    watch = common.Stopwatch(args.cap_s)
+    await asyncio.gather(*(producer(s, n) for s, n in zip(starts, shares, strict=True)))
+    return watch.result(args.jobs, note=note)
+
+
+async def w1_bulk(args: argparse.Namespace) -> dict[str, Any]:
+    """`jobs.push_many(values)` in batches of `--batch`."""
+    jobs = queue(await ready_store(args.url), args)
+    values = [Noop(i) for i in range(args.jobs)]
+    watch = common.Stopwatch(args.cap_s)
+    for first in range(0, args.jobs, args.batch):
+        if watch.over():
+            break
+        watch.done += len(await jobs.push_many(values[first : first + args.batch]))
+    return watch.result(args.jobs, batch=args.batch)
+
+
+# ------------------------------------------------------------------------------------- W2
+
+
+async def fill(args: argparse.Namespace) -> dict[str, Any]:
+    """Queue `--jobs` rows (not timed): the state W2 starts from."""
+    jobs = queue(await ready_store(args.url), args)
+    for first in range(0, args.jobs, 1_000):
+        await jobs.push_many([Noop(i) for i in range(first, min(first + 1_000, args.jobs))])
+    return {"filled": args.jobs}
+
+
+async def w2(args: argparse.Namespace) -> dict[str, Any]:
+    """`--jobs` rows queued first; then time from the start of `serve()` (one process,
+    `--workers`) until every row has run."""
+    global _on_run
+    if not args.no_fill:
+        await fill(args)
+    jobs = queue(job.Table(args.url), args)
+    counter = common.Counter(args.jobs)
+    _on_run = lambda _i: counter.hit()  # noqa: E731
+    began = time.perf_counter()
+    serving = asyncio.create_task(jobs.serve(grace_ms=1_000))
+    result = await common.until_counted(counter, began, args.cap_s)
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+    return {**result, "workers": args.workers}
+
+
+async def w2_child(args: argparse.Namespace) -> None:
+    """A worker process of the multi-process W2: READY, GO, then serve; a byte per run."""
+    global _on_run
+    store = job.Table(args.url)
+    await store.open()
+    jobs = queue(store, args)
+    _on_run = lambda _i: common.run_mark()  # noqa: E731
+    await common.ready_then_go()
+    await jobs.serve(grace_ms=1_000)
+
+
+# ------------------------------------------------------------------------------------- W3
+
+
+async def w3_inproc(args: argparse.Namespace) -> dict[str, Any]:
+    """serve() running and idle in this process: `perf_counter_ns()` before `push`, and again
+    as the run starts."""
+    global _on_run
+    store = await ready_store(args.url)
+    jobs = queue(store, args)
+    started: dict[int, int] = {}
+    arrived = asyncio.Event()
+
+    def seen(i: int) -> None:
+        started[i] = time.perf_counter_ns()
+        arrived.set()
+
+    _on_run = seen
+    latencies: list[int] = []
+    warm = max(3, args.samples // 20)
+    async with jobs.serving(grace_ms=1_000):
+        await asyncio.sleep(0.5)
+        for i in range(warm + args.samples):
+            arrived.clear()
+            before = time.perf_counter_ns()
+            await jobs.push(Noop(i))
+            await asyncio.wait_for(arrived.wait(), 30)
+            if i >= warm:
+                latencies.append(started[i] - before)
+            await asyncio.sleep(0.005)
+    return common.percentiles(latencies)
+
+
+async def w3_worker(args: argparse.Namespace) -> None:
+    """The idle worker process of cross-process W3: a `START i ns` line per run."""
+    global _on_run
+    store = job.Table(args.url)
+    await store.open()
+    jobs = queue(store, args)
+    _on_run = common.start_mark
+    async with jobs.serving(grace_ms=1_000):
+        await asyncio.sleep(0.2)
+        os.write(1, b"READY\n")
+        await asyncio.Event().wait()
+
+
+async def w3_xproc(args: argparse.Namespace) -> dict[str, Any]:
+    """A producer here, an idle worker (poll_ms as given) in another process."""
+    store = await ready_store(args.url)
+    jobs = queue(store, args)
+
+    async def push(i: int) -> None:
+        await jobs.push(Noop(i))
+
+    # Without a wake-up between processes (SQLite) the wait is the poll: spread the pushes
+    # over a whole poll period so that they do not lock to its phase.
+    gap = (0.005, 0.02) if not common.is_sqlite(args.url) else (0.0, args.poll_ms / 1_000)
+    return await common.cross_process_latency(
+        common.child_argv("w3_worker", args), push, args.samples, gap_s=gap
+    )
+
+
+# ----------------------------------------------------------------------------------- idle
+
+
+async def idle_worker(args: argparse.Namespace) -> None:
+    """A worker process with nothing to do; answers SNAP with its claim and statement counts."""
+    statements = common.StatementCount() if common.is_sqlite(args.url) else None
+    store = await ready_store(args.url)
+    jobs = queue(store, args)
+    claims = ClaimCount()
+    jobs.observe(claims)
+    async with jobs.serving(grace_ms=1_000):
+        await common.answer_snapshots(
+            lambda: (claims.claims, statements.value if statements else -1)
+        )
+
+
+# ----------------------------------------------------------------------------- claim cost
+
+
+def _add_dead_pg(url: str, n: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, detail,"
+            " died_at) SELECT 'noop', '{\"i\":0}', 'dead', g, 1, 'Boom', 'no-op failed', g"
+            " FROM generate_series(1, %s) AS g",
+            (n,),
+        )
+
+
+def _add_dead_sqlite(path: str, n: int) -> None:
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, detail, "
+            "died_at) SELECT 'noop', '{\"i\":0}', 'dead', x, 1, 'Boom', 'no-op failed', x "
+            "FROM g",
+            (n,),
+        )
+        conn.execute("COMMIT")
+
+
+def _analyze(url: str) -> None:
+    if common.is_sqlite(url):
+        with contextlib.closing(sqlite3.connect(common.sqlite_path(url))) as conn:
+            conn.execute("ANALYZE")
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE nilo_jobs")
+
+
+async def claim_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """Median latency of `store.claim(kinds, now, lease, limit=4)` on a table with 100 due rows
+    (`--url`) against one with 100 due rows and `--dead` dead rows (`--url2`), alternating."""
+    assert args.url2, "claim_cost needs --url2"
+    stores = {}
+    for name, url in (("empty", args.url), ("dead", args.url2)):
+        store = job.Table(url)
+        await store.create_missing()
+        if name == "dead":
+            began = time.perf_counter()
+            if common.is_sqlite(url):
+                _add_dead_sqlite(common.sqlite_path(url), args.dead)
+            else:
+                _add_dead_pg(url, args.dead)
+            print(f"{args.dead} dead rows in {time.perf_counter() - began:.1f} s", file=sys.stderr)
+        jobs = queue(store, args)
+        await jobs.push_many([Noop(i) for i in range(100)])
+        _analyze(url)
+        await store.open()
+        stores[name] = store
+    samples: dict[str, list[int]] = {"empty": [], "dead": []}
+    warm = 20
+    for k in range(warm + args.samples):
+        for name, store in stores.items():
+            now = job.now_us()
+            before = time.perf_counter_ns()
+            rows = await store.claim(["noop"], now, now + 60_000_000, 4)
+            took = time.perf_counter_ns() - before
+            assert len(rows) == 4, (name, len(rows))
+            await store.finish([Released(r.id, r.attempts, r.run_at) for r in rows])
+            if k >= warm:
+                samples[name].append(took)
+    counts = {name: await store.stats() for name, store in stores.items()}
+    empty, dead = common.percentiles(samples["empty"]), common.percentiles(samples["dead"])
+    return {
+        "empty": empty,
+        "dead": dead,
+        "dead_rows": counts["dead"].dead,
+        "ratio": dead["p50_ms"] / empty["p50_ms"],
+    }
+
+
+if __name__ == "__main__":
+    common.main(
+        {
+            "w1_one": w1_one,
+            "w1_pool16": w1_pool16,
+            "w1_bulk": w1_bulk,
+            "fill": fill,
+            "w2": w2,
+            "w2_child": w2_child,
+            "w3_inproc": w3_inproc,
+            "w3_worker": w3_worker,
+            "w3_xproc": w3_xproc,
+            "idle_worker": idle_worker,
+            "claim_cost": claim_cost,
+        }
+    )
