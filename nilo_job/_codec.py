@@ -57,19 +57,25 @@ class Codec:
             raise Refusal(
                 f"{name} cannot be written as JSON: {error}; nothing was pushed"
             ) from None
-        plain = msgspec.to_builtins(value)
-        if (where := _non_finite(plain, name)) is not None:
-            raise Refusal(
-                f"{where} holds a float that is not finite (NaN or infinity), which JSON cannot "
-                "carry: store None or a sentinel instead; nothing was pushed"
-            )
+        # The common case costs a decode and an ==; the reasons are looked for only on failure.
         try:
             back = self._decoder.decode(data)
         except msgspec.ValidationError as error:
-            raise Refusal(_explain(name, str(error)) + "; nothing was pushed") from None
-        if not _equal(back, value, plain):
-            raise Refusal(_difference(name, back, value) + "; nothing was pushed")
+            raise Refusal(self._why(value, _explain(name, str(error)))) from None
+        if not _equal(back, value):
+            raise Refusal(self._why(value, _difference(name, back, value))) from None
         return data
+
+    def _why(self, value: object, otherwise: str) -> str:
+        """Why `value` cannot be pushed: a float that is not finite (JSON writes it as null, so
+        the decode fails or differs) is named first; else `otherwise`."""
+        where = _non_finite(msgspec.to_builtins(value), self.cls.__name__)
+        if where is not None:
+            otherwise = (
+                f"{where} holds a float that is not finite (NaN or infinity), which JSON cannot "
+                "carry: store None or a sentinel instead"
+            )
+        return otherwise + "; nothing was pushed"
 
     def decode(self, data: bytes) -> Any:
         """The value `data` encodes.
@@ -80,13 +86,13 @@ class Codec:
         return self._decoder.decode(data)
 
 
-def _equal(back: object, value: object, plain: object) -> bool:
+def _equal(back: object, value: object) -> bool:
     """Whether what came back from JSON equals what was pushed: by the class's own `==` when
     it has one (dataclasses and Structs compare field by field, types included, so a datetime
     that came back as a str is not equal), else by the plain JSON values."""
     if type(value).__eq__ is not object.__eq__:
         return bool(back == value)
-    return bool(msgspec.to_builtins(back) == plain)
+    return bool(msgspec.to_builtins(back) == msgspec.to_builtins(value))
 
 
 def _difference(name: str, back: object, value: object) -> str:

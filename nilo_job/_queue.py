@@ -874,8 +874,8 @@ class Jobs:
                 continue
             waiting.extend((row, now) for row in rows)
             if len(rows) < free:
-                for row, _claimed_at in [waiting.popleft() for _ in range(len(waiting))]:
-                    self._start(row, running)
+                while waiting:  # fewer than the free workers: all start now
+                    self._start(waiting.popleft()[0], running)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wakeup.wait(), poll_s)
 
@@ -915,7 +915,7 @@ class Jobs:
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 rows = await claim
-                await self.store.finish([Released(r.id, r.attempts, r.run_at) for r in rows])
+                await self.store.finish([_released(row) for row in rows])
             raise
         if self._observers:
             self._claimed(rows, now, began)
