@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._errors import TimedOut
@@ -49,14 +50,20 @@ class Batcher:
         self.store = store
         self.pending: list[tuple[End, asyncio.Future[bool]]] = []
         self.writing = False
+        self.task: asyncio.Task[None] | None = None
 
     async def finish(self, end: End) -> bool:
         answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.pending.append((end, answer))
         if not self.writing:
             self.writing = True
-            asyncio.get_running_loop().create_task(self._write())
+            self.task = asyncio.get_running_loop().create_task(self._write())
         return await answer
+
+    async def idle(self) -> None:
+        """Until nothing is waiting or being written."""
+        while self.task is not None and not self.task.done():
+            await asyncio.shield(self.task)
 
     async def _write(self) -> None:
         try:
@@ -77,18 +84,36 @@ class Batcher:
 
 
 class Execution:
-    """One execution of a row in this process: `ended` resolves once it has wholly ended,
-    its thread included (a sync run's thread may outlive its timeout)."""
+    """One execution of a row in this process; it has wholly ended once `end()` was called,
+    its thread included (a sync run's thread may outlive its timeout).
 
-    __slots__ = ("ended", "thread_started")
+    `on_end` is called once, at that moment. The future behind `wait()` is made only for a
+    waiter, so an async run, which nobody waits for this way, costs none.
+    """
 
-    def __init__(self, ended: asyncio.Future[None]) -> None:
-        self.ended = ended
+    __slots__ = ("_on_end", "_waiter", "done", "thread_started")
+
+    def __init__(self, on_end: Callable[[], None]) -> None:
+        self.done = False
         self.thread_started = False
+        self._on_end = on_end
+        self._waiter: asyncio.Future[None] | None = None
 
     def end(self) -> None:
-        if not self.ended.done():
-            self.ended.set_result(None)
+        if self.done:
+            return
+        self.done = True
+        self._on_end()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until `end()` has been called (at once if it has)."""
+        if self.done:
+            return
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._waiter)
 
 
 async def call_in_thread(
@@ -137,7 +162,8 @@ async def call_in_thread(
     ).start()
     execution.thread_started = True
     try:
-        await asyncio.wait_for(asyncio.shield(outcome), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await asyncio.shield(outcome)
     except TimeoutError:
         if outcome.done():
             raise

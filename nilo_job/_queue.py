@@ -39,6 +39,17 @@ _CLOCK_EVERY_US = 60_000_000  # how often serve re-reads a store's own clock
 _AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
 _AHEAD_MAX = 8  # and at most this many rows per worker
 
+
+def _nothing() -> None:
+    return None
+
+
+def _settle(future: asyncio.Future[None], *_done: object) -> None:
+    """Resolve `future` unless it is already (a callback for free() and for a task's end)."""
+    if not future.done():
+        future.set_result(None)
+
+
 SCHEDULE_KEY = "schedule"
 """The unique key of a schedule's next tick: one row of a scheduled kind holds it (seed)."""
 
@@ -576,8 +587,15 @@ class Jobs:
         run_at = _policy.next_tick_at(kind, due_us, now_us)
         return NewRow(kind.name, self._tick_payloads[kind.name], run_at, SCHEDULE_KEY)
 
-    async def _execute(self, row: Claimed, clock: Callable[[], int]) -> bool:
-        """Run one claimed row to its end and write the end. True if `run` was called."""
+    async def _execute(
+        self, row: Claimed, clock: Callable[[], int], free: Callable[[], None] = _nothing
+    ) -> bool:
+        """Run one claimed row to its end and write the end. True if `run` was called.
+
+        `free()` is called once the row no longer needs its worker: an async run's as soon as
+        its run has returned, before its end is written (serve's worker takes its next row
+        meanwhile); otherwise when everything here is over.
+        """
         kind = self._kinds[row.kind]
         then: NewRow | None = None
         if kind.schedule is not None and row.unique_key == SCHEDULE_KEY:
@@ -611,7 +629,7 @@ class Jobs:
         # Two executions of one row never overlap in this process: while a timed-out sync run's
         # thread is still going, a new claim of its row is given back, due a second later.
         previous = self._busy.get(row.id)
-        if previous is not None and not previous.ended.done():
+        if previous is not None and not previous.done:
             log.info(
                 "%s row %d: an earlier run's thread is still going here; the row is queued "
                 "again for a second from now",
@@ -620,11 +638,10 @@ class Jobs:
             again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
             await self._write_end(kind, row, again)
             return False
-        execution = Execution(asyncio.get_running_loop().create_future())
+        execution = Execution(lambda: self._forget(row.id, execution))
         self._busy[row.id] = execution
-        execution.ended.add_done_callback(lambda _: self._forget(row.id, execution))
         try:
-            return await self._run(kind, row, value, clock, execution, then is not None)
+            return await self._run(kind, row, value, clock, execution, then is not None, free)
         finally:
             if kind.is_async or not execution.thread_started:
                 execution.end()
@@ -641,6 +658,7 @@ class Jobs:
         clock: Callable[[], int],
         execution: Execution,
         hand_on_at_end: bool,
+        free: Callable[[], None],
     ) -> bool:
         started = clock()
         tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
@@ -675,7 +693,7 @@ class Jobs:
             task = asyncio.current_task()
             if task is None or not task.cancelling():
                 error = cancelled  # raised by the run itself: a failure like any other
-            elif execution.ended.done() or kind.is_async:
+            elif execution.done or kind.is_async:
                 # The worker is shutting down past its grace: give the row back unrun.
                 released = Released(row.id, row.attempts, clock())
                 await asyncio.shield(self._end(kind, row, released, time.monotonic() - began))
@@ -696,10 +714,14 @@ class Jobs:
         # Overlap.SKIP: the next tick is computed from the clock when the run ends.
         then = self._tick_row(kind, row.run_at, ended) if hand_on_at_end else None
         end = _policy.decide(kind, row, error, ended, then)
-        await asyncio.shield(self._end(kind, row, end, seconds))
+        if kind.is_async:
+            free()
+        # Not shielded: a cancel here (a stop past its grace) leaves the end in the batch being
+        # written, which carries on; only this process's bookkeeping of it is skipped.
+        await self._end(kind, row, end, seconds)
         if not kind.is_async:
             # A timed-out thread still running keeps its worker slot until it returns.
-            await asyncio.shield(execution.ended)
+            await execution.wait()
         return True
 
     async def _write_end(self, kind: Kind, row: Claimed, end: End) -> bool | None:
@@ -798,24 +820,22 @@ class Jobs:
         self._serve_pid = os.getpid()
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
-        running: set[asyncio.Task[bool]] = set()
-        waiting: collections.deque[tuple[Claimed, int]] = collections.deque()
-        watching = asyncio.create_task(self.store.watch(self.wake))
+        feed = _Feed()
         self._batcher = Batcher(self.store)
+        workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
+        watching = asyncio.create_task(self.store.watch(self.wake))
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
         try:
-            await self._claim_loop(running, waiting)
+            await self._claim_loop(feed)
         finally:
             watching.cancel()
-            if waiting:  # claimed ahead and never started: queued again, unrun
-                ends = [_released(row) for row, _claimed_at in waiting]
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.store.finish(ends))
-            await self._stop(running, grace_ms)
-            self._batcher = None
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watching
-            self._loop = self._wakeup = None
+            try:
+                await self._stop(feed, workers, grace_ms)
+            finally:
+                self._batcher = None
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watching
+                self._loop = self._wakeup = None
 
     async def _follow_store_clock(self) -> None:
         """Read the time from the store's clock when it has one of its own (PostgreSQL), so
@@ -833,35 +853,30 @@ class Jobs:
         self._clock = lambda: now_us() + offset
         self._clock_read_at = after
 
-    async def _claim_loop(
-        self, running: set[asyncio.Task[bool]], waiting: collections.deque[tuple[Claimed, int]]
-    ) -> None:
-        """Claim, start, repeat. `waiting` holds rows claimed ahead of a free worker (with the
-        clock reading of their claim), so that fast runs are claimed in batches."""
+    async def _claim_loop(self, feed: _Feed) -> None:
+        """Claim for the workers waiting on `feed`, hand the rows over, repeat.
+
+        While runs are fast it claims ahead (`_ahead`), and claims the next batch once half of
+        what waits is taken, so that workers seldom wait for a claim's round trip. With nothing
+        due it sleeps `poll_ms`, or until a push (`wake`).
+        """
         assert self._wakeup is not None
         wakeup = self._wakeup
+        feed.want = wakeup
         poll_s = self.poll_ms / 1_000
         while True:
-            free = self.workers - len(running)
-            while free > 0 and waiting:
-                row, claimed_at = waiting.popleft()
-                if self._still_leased(row, claimed_at):
-                    self._start(row, running)
-                    free -= 1
-                else:
-                    await self._write_end(self._kinds[row.kind], row, _released(row))
-            if free <= 0:
-                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                # Runs that end together free their slots together: let them, so one claim
-                # fills them all.
-                await asyncio.sleep(0)
-                continue
             wakeup.clear()
+            ahead = self._ahead()
+            waiting = len(feed.rows)
+            feed.low = ahead // 2
+            limit = len(feed.idle) + ahead - waiting
+            if limit <= 0 or (not feed.idle and waiting > feed.low):
+                await wakeup.wait()  # a worker going idle or taking rows sets it
+                continue
             if now_us() - self._clock_read_at > _CLOCK_EVERY_US:
                 with contextlib.suppress(Exception):
                     await self._follow_store_clock()
             now = self._clock()
-            limit = free + self._ahead()
             try:
                 rows = await self._claim_shielded(now, limit)
             except Exception as error:
@@ -872,17 +887,46 @@ class Jobs:
                 )  # fmt: skip
                 await asyncio.sleep(poll_s)
                 continue
-            waiting.extend((row, now) for row in rows)
-            if len(rows) < free:
-                while waiting:  # fewer than the free workers: all start now
-                    self._start(waiting.popleft()[0], running)
+            feed.put(rows, now)
+            if len(rows) < limit:
+                # Nothing more is due now: sleep until a push, a worker asks, or the poll.
+                # (asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that
+                # arrives as the wait ends, and serve would not stop.)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), poll_s)
+                    async with asyncio.timeout(poll_s):
+                        await wakeup.wait()
 
-    def _start(self, row: Claimed, running: set[asyncio.Task[bool]]) -> None:
-        task = asyncio.create_task(self._execute(row, self._clock))
-        running.add(task)
-        task.add_done_callback(running.discard)
+    async def _worker(self, feed: _Feed) -> None:
+        """One of serve's `workers`: take a claimed row from `feed`, run it to its end, repeat,
+        until the feed is closed."""
+        while True:
+            taken = await feed.get()
+            if taken is None:
+                return
+            row, claimed_at = taken
+            if not self._still_leased(row, claimed_at):
+                with contextlib.suppress(Exception):
+                    await self._write_end(self._kinds[row.kind], row, _released(row))
+                continue
+            freed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            # A task of its own, so that each run has its own context (contextvars); it goes
+            # on writing the end after freeing its worker, which takes the next row.
+            task = asyncio.create_task(self._execute_logged(row, functools.partial(_settle, freed)))
+            feed.tasks.add(task)
+            task.add_done_callback(feed.tasks.discard)
+            task.add_done_callback(functools.partial(_settle, freed))
+            await freed
+
+    async def _execute_logged(self, row: Claimed, free: Callable[[], None]) -> None:
+        try:
+            await self._execute(row, self._clock, free)
+        except Exception:
+            # A status space or store failing outside what _execute handles: the row is left
+            # to its lease (it runs again), and serve goes on.
+            log.exception(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                row.kind, row.id, extra={"kind": row.kind, "row": row.id},
+            )  # fmt: skip
 
     def _ahead(self) -> int:
         """How many rows to claim beyond the free workers: as many as the workers would start
@@ -921,29 +965,49 @@ class Jobs:
             self._claimed(rows, now, began)
         return rows
 
-    async def _stop(self, running: set[asyncio.Task[bool]], grace_ms: int) -> None:
-        """Let running rows finish for `grace_ms`, then cancel them (their rows are released).
+    async def _stop(self, feed: _Feed, workers: list[asyncio.Task[None]], grace_ms: int) -> None:
+        """Stop: rows claimed ahead go back unrun; running rows may finish (and write their
+        ends) for `grace_ms`, then are cancelled (their rows are released).
 
         A second cancel during the grace period ends it at once.
         """
-        if not running:
-            return
-        log.info("stopping: %d rows still running, waiting up to %d ms", len(running), grace_ms)
-        tasks = set(running)
+        feed.close()
+        await self._release(feed)
+        if feed.tasks:
+            log.info(
+                "stopping: %d rows still running, waiting up to %d ms", len(feed.tasks), grace_ms
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_ms / 1_000
         interrupted = False
         try:
-            _done, pending = await asyncio.wait(tasks, timeout=grace_ms / 1_000)
+            # Workers leave once their row's run is over (a row handed over as the feed closed
+            # included); then the rows' tasks finish writing their ends.
+            await asyncio.wait(workers, timeout=grace_ms / 1_000)
+            if feed.tasks:
+                await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:
-            interrupted, pending = True, {task for task in tasks if not task.done()}
-        for task in pending:
+            interrupted = True
+        late = set(feed.tasks)
+        if late:
+            log.warning("cancelled %d runs past the grace period; their rows are queued again",
+                        len(late))  # fmt: skip
+        for task in (*late, *workers):
             task.cancel()
-        if pending:
-            log.warning(
-                "cancelled %d runs past the grace period; their rows are queued again", len(pending)
-            )
-            await asyncio.wait(pending)
+        await asyncio.wait({*late, *workers})
+        await self._release(feed)  # a row a cancelled worker had just been handed
+        if self._batcher is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._batcher.idle())
         if interrupted:
             raise asyncio.CancelledError
+
+    async def _release(self, feed: _Feed) -> None:
+        """Give back, queued and unrun, the rows waiting in `feed`."""
+        ends = [_released(row) for row, _claimed_at in feed.take_all()]
+        if ends:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.finish(ends))
 
     @contextlib.asynccontextmanager
     async def serving(self, *, grace_ms: int = 30_000) -> AsyncIterator[Jobs]:
@@ -960,8 +1024,82 @@ class Jobs:
             yield self
         finally:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this block itself was cancelled (a timeout around it, say)
+
+
+class _Feed:
+    """What serve's claim loop hands its workers: rows claimed and not yet started (each with
+    the clock reading of its claim), and the workers waiting for one.
+
+    A row goes to a waiting worker directly, or waits in `rows` for the next worker that asks;
+    a worker taking a row costs no future while rows wait. `want` (serve's wake-up event) is
+    set when a worker finds nothing, or leaves `low` rows or fewer behind it.
+    """
+
+    def __init__(self) -> None:
+        self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
+        self.idle: collections.deque[asyncio.Future[tuple[Claimed, int] | None]] = (
+            collections.deque()
+        )
+        self.want: asyncio.Event | None = None
+        self.low = 0
+        self.tasks: set[asyncio.Task[None]] = set()  # rows started and not yet ended
+        self.closed = False
+
+    async def get(self) -> tuple[Claimed, int] | None:
+        """The next row for a worker, waiting for one; None once the feed is closed."""
+        if self.closed:
+            return None
+        if self.rows:
+            taken = self.rows.popleft()
+            if len(self.rows) <= self.low and self.want is not None:
+                self.want.set()
+            return taken
+        waiter: asyncio.Future[tuple[Claimed, int] | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.idle.append(waiter)
+        if self.want is not None:
+            self.want.set()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            handed = waiter.result() if waiter.done() and not waiter.cancelled() else None
+            if handed is not None:
+                self.rows.appendleft(handed)  # handed over as the worker was cancelled
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self.idle.remove(waiter)
+
+    def put(self, rows: Sequence[Claimed], claimed_at: int) -> None:
+        """Hand `rows` to waiting workers, first come first served; the rest wait here."""
+        for row in rows:
+            while self.idle:
+                waiter = self.idle.popleft()
+                if not waiter.done():
+                    waiter.set_result((row, claimed_at))
+                    break
+            else:
+                self.rows.append((row, claimed_at))
+
+    def close(self) -> None:
+        """No more rows: waiting workers get None, and so does every later `get`."""
+        self.closed = True
+        while self.idle:
+            waiter = self.idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def take_all(self) -> list[tuple[Claimed, int]]:
+        taken = list(self.rows)
+        self.rows.clear()
+        return taken
 
 
 _STORE_METHODS = tuple(

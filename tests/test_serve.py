@@ -1,0 +1,141 @@
+"""serve's worker loop on every store: how many rows run at once, each run's own context, ends
+written before serve returns, a prompt stop, and a worker that outlives a failing status space.
+
+Every wait is for an event with a bound; nothing sleeps to wait for time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+
+import nilo_job as job
+from nilo_job.store.contract import Store
+
+_running = 0
+_most = 0
+_ran: list[int] = []
+_all_ran = asyncio.Event()
+_expected = 0
+_seen_in_run: list[str] = []
+_tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="unset")
+
+
+def _reset(expected: int) -> None:
+    global _running, _most, _expected, _all_ran
+    _running = _most = 0
+    _ran.clear()
+    _seen_in_run.clear()
+    _expected = expected
+    _all_ran = asyncio.Event()
+
+
+@dataclasses.dataclass
+class Counted:
+    nilo_job = "counted"
+    retry = job.Retry.NONE
+
+    n: int = 0
+
+    async def run(self) -> None:
+        global _running, _most
+        _running += 1
+        _most = max(_most, _running)
+        await asyncio.sleep(0)  # let the other workers in while this one runs
+        _running -= 1
+        _ran.append(self.n)
+        if len(_ran) == _expected:
+            _all_ran.set()
+
+
+@dataclasses.dataclass
+class Tagged:
+    nilo_job = "tagged"
+    retry = job.Retry.NONE
+
+    n: int = 0
+
+    async def run(self) -> None:
+        _seen_in_run.append(_tag.get())
+        _tag.set(f"set by row {self.n}")
+        _ran.append(self.n)
+        if len(_ran) == _expected:
+            _all_ran.set()
+
+
+async def test_every_row_runs_once_never_more_than_workers_at_once_and_ends_are_written(
+    store: Store,
+) -> None:
+    _reset(300)
+    jobs = job.Jobs(kinds=[Counted], store=store, workers=3, poll_ms=50)
+    await jobs.push_many([Counted(n) for n in range(300)])
+    async with jobs.serving(grace_ms=5_000):
+        async with asyncio.timeout(30):
+            await _all_ran.wait()
+    # serve has returned: every run's end is written, though workers took their next rows
+    # while earlier ends were still being written.
+    assert sorted(_ran) == list(range(300))
+    assert _most == 3
+    assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_each_run_has_a_context_of_its_own(store: Store) -> None:
+    _reset(3)
+    jobs = job.Jobs(kinds=[Tagged], store=store, workers=1, poll_ms=50)
+    await jobs.push_many([Tagged(n) for n in range(3)])
+    async with jobs.serving():
+        async with asyncio.timeout(30):
+            await _all_ran.wait()
+    # One worker ran all three, one after the other: what a run set is not seen by the next.
+    assert _ran == [0, 1, 2]
+    assert _seen_in_run == ["unset", "unset", "unset"]
+
+
+async def test_serve_stops_at_once_when_asked_just_as_a_run_ends(store: Store) -> None:
+    # A stop that lands as a worker goes idle must not be lost (asyncio.wait_for on 3.11
+    # swallowed such a cancel, and serve went on forever).
+    jobs = job.Jobs(kinds=[Counted], store=store, workers=2, poll_ms=20)
+    for n in range(24):
+        _reset(1)
+        await jobs.push(Counted(n))
+        async with asyncio.timeout(10):
+            async with jobs.serving(grace_ms=1_000):
+                await _all_ran.wait()
+                jobs.wake()  # the claim loop's wait ends as the stop arrives, give or take
+                for _ in range(n % 4):  # a step or three of the loop
+                    await asyncio.sleep(0)
+    assert await jobs.stats() == (0, 0, 0)
+
+
+class FailingOnce(job.MemorySpace):
+    """A status space whose first write fails with an error nilo-job does not know."""
+
+    def __init__(self) -> None:
+        super().__init__(ttl_s=60)
+        self.failed = False
+
+    async def put(self, key: str, value: bytes) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the status space is down")
+        await super().put(key, value)
+
+
+async def test_a_worker_goes_on_after_a_failure_outside_the_run(store: Store) -> None:
+    _reset(2)
+    space = FailingOnce()
+    jobs = job.Jobs(kinds=[Counted], store=store, workers=1, poll_ms=20, status=space)
+    space.failed = True  # the pushes' own status writes succeed
+    first = await jobs.push(Counted(1))
+    await jobs.push(Counted(2))
+    await jobs.push(Counted(3))
+    space.failed = False  # the first row's "running" write fails: that row is left to its lease
+    assert first is not None
+    async with jobs.serving():
+        async with asyncio.timeout(30):
+            await _all_ran.wait()
+    assert _ran == [2, 3]
+    stats = await jobs.stats()
+    assert (stats.queued, stats.running, stats.dead) == (0, 1, 0)
+    assert [row.id for row in await store.rows("running", 10)] == [first]
