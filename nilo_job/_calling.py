@@ -4,8 +4,8 @@ An async run is awaited under `asyncio.timeout`; a sync run gets a daemon thread
 the event loop never blocks, and a hung run cannot keep a stopping process alive) and runs in a
 copy of the caller's context (so a span made current around it is its parent). Python cannot
 stop a thread: a timed-out sync run is reported as `TimedOut` at once, and its `Execution`
-resolves only when the thread returns. `Batcher` turns the ends of concurrent runs into one
-`store.finish` per batch.
+resolves only when the thread returns. `Grouped` turns the ends of concurrent runs into one
+`store.finish` per group, and concurrent pushes into one `store.push`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
-from ._errors import TimedOut
+from ._errors import StoreUnavailable, TimedOut
 from ._kinds import Kind
-from .store.contract import End, Store
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_s: float) -> None:
@@ -36,51 +38,86 @@ async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_
         raise
 
 
-class Batcher:
-    """Writes the ends of runs in batches: while one `store.finish` is in flight, the ends that
-    arrive meanwhile wait and go together in the next (a group commit).
+class Grouped(Generic[T, R]):
+    """`write(items)` shared by concurrent callers (a group commit): a call made while none is in
+    flight writes its item at once, in its own task; calls made while one is in flight wait and
+    go together in the next write, up to `MOST` items each.
 
-    Each run still waits for its own end to be written before its row counts as finished, so
-    batching costs at-least-once nothing; it turns one transaction per row into one per batch.
+    Each caller still waits for its own item's answer, so grouping costs durability nothing; it
+    turns one transaction per item into one per group. When a group fails with anything but
+    `StoreUnavailable` (an outage fails every item alike), each of its items is written again
+    alone, so that one caller's bad item is never another caller's error. A caller cancelled
+    before its item was sent has it dropped.
     """
 
-    MAX = 256
+    MOST = 256
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.pending: list[tuple[End, asyncio.Future[bool]]] = []
-        self.writing = False
+    def __init__(self, write: Callable[[list[T]], Awaitable[list[R]]]) -> None:
+        self.write = write
+        self.pending: list[tuple[T, asyncio.Future[R]]] = []
+        self.busy = False
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[None] | None = None
 
-    async def finish(self, end: End) -> bool:
-        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.pending.append((end, answer))
-        if not self.writing:
-            self.writing = True
-            self.task = asyncio.get_running_loop().create_task(self._write())
-        return await answer
+    async def __call__(self, item: T) -> R:
+        loop = asyncio.get_running_loop()
+        if self.busy and self.loop is not loop:
+            # In flight on another event loop (the sync face's, a closed one): not ours to join.
+            (answer,) = await self.write([item])
+            return answer
+        if self.busy:
+            future: asyncio.Future[R] = loop.create_future()
+            self.pending.append((item, future))
+            return await future
+        self.busy, self.loop = True, loop
+        try:
+            (answer,) = await self.write([item])
+            return answer
+        finally:
+            self._next(loop)
+
+    def _next(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.pending:
+            self.task = loop.create_task(self._drain())
+        else:
+            self.busy = False
+
+    async def _drain(self) -> None:
+        try:
+            while self.pending:
+                group = [(i, f) for i, f in self.pending[: self.MOST] if not f.done()]
+                del self.pending[: self.MOST]
+                if group:
+                    await self._write_group(group)
+        finally:
+            self.busy = False
+
+    async def _write_group(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            answers = await self.write([item for item, _ in group])
+        except StoreUnavailable as error:
+            _settle_all(group, error)
+        except Exception as error:
+            if len(group) == 1:
+                _settle_all(group, error)
+            else:
+                for one in group:
+                    await self._write_group([one])
+        else:
+            for (_, future), answer in zip(group, answers, strict=True):
+                if not future.done():
+                    future.set_result(answer)
 
     async def idle(self) -> None:
-        """Until nothing is waiting or being written."""
+        """Until the groups waiting when called are written."""
         while self.task is not None and not self.task.done():
             await asyncio.shield(self.task)
 
-    async def _write(self) -> None:
-        try:
-            while self.pending:
-                batch, self.pending = self.pending[: self.MAX], self.pending[self.MAX :]
-                try:
-                    applied = await self.store.finish([end for end, _ in batch])
-                except Exception as error:
-                    for _, answer in batch:
-                        if not answer.done():
-                            answer.set_exception(error)
-                else:
-                    for (_, answer), ok in zip(batch, applied, strict=True):
-                        if not answer.done():
-                            answer.set_result(ok)
-        finally:
-            self.writing = False
+
+def _settle_all(group: Sequence[tuple[object, asyncio.Future[Any]]], error: Exception) -> None:
+    for _, future in group:
+        if not future.done():
+            future.set_exception(error)
 
 
 class Execution:

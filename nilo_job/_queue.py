@@ -21,7 +21,7 @@ from typing import Any, overload
 import msgspec
 
 from . import _policy
-from ._calling import Batcher, Execution, call_async, call_in_thread
+from ._calling import Execution, Grouped, call_async, call_in_thread
 from ._clock import datetime_to_us, now_us
 from ._errors import BadPayload, LeaseLost, Refusal, StoreUnavailable
 from ._kinds import MAX_NAME_BYTES, Kind, check_unique_names, read_deps, read_kind
@@ -139,8 +139,16 @@ class Jobs:
         self._busy: dict[int, Execution] = {}
         self._progress: dict[int, int] = {}
         self._observers: tuple[Observer, ...] = ()
-        self._batcher: Batcher | None = None
+        self._batcher: Grouped[End, bool] | None = None
+        # Concurrent pushes of this queue share a transaction (see Grouped).
+        self._push_one: Grouped[NewRow, int | None] = Grouped(self._push_rows)
         self._run_s: float | None = None  # recent seconds per run (moving average), for _ahead
+
+    async def _push_rows(self, rows: list[NewRow]) -> list[int | None]:
+        return await self.store.push(rows)
+
+    async def _finish_ends(self, ends: list[End]) -> list[bool]:
+        return await self.store.finish(ends)
 
     def __repr__(self) -> str:
         return f"job.Jobs(kinds={list(self._names)}, store={self.store!r}, workers={self.workers})"
@@ -271,7 +279,7 @@ class Jobs:
             return None
         try:
             with self._pushing(kind.name):
-                (row_id,) = await self.store.push([row])
+                row_id = await self._push_one(row)
                 self._pushed([row], [row_id])
         except BaseException:
             if within is not None:
@@ -737,7 +745,7 @@ class Jobs:
                 if batcher is None:
                     (applied,) = await self.store.finish([end])
                 else:
-                    applied = await batcher.finish(end)
+                    applied = await batcher(end)
             except StoreUnavailable as error:
                 if time.monotonic() + pause > deadline:
                     log.error(
@@ -821,7 +829,7 @@ class Jobs:
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
         feed = _Feed()
-        self._batcher = Batcher(self.store)
+        self._batcher = Grouped(self._finish_ends)
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         watching = asyncio.create_task(self.store.watch(self.wake))
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
