@@ -299,6 +299,31 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+async def w3_inproc(args: argparse.Namespace) -> dict[str, Any]:
+    """The floor of W3 in one process: the latency of the push's own INSERT and its durable
+    commit alone (a run could start no sooner), sampled like nilo's W3 (a short pause between
+    samples). PostgreSQL: one autocommit INSERT on an async connection; SQLite: BEGIN
+    IMMEDIATE, INSERT, COMMIT (synchronous=FULL) on the calling thread."""
+    sqlite = common.is_sqlite(args.url)
+    lite = sqlite_ready(args.url) if sqlite else None
+    pg = None if sqlite else await pg_ready(args.url)
+    latencies: list[int] = []
+    warm = max(3, args.samples // 20)
+    for i in range(warm + args.samples):
+        before = time.perf_counter_ns()
+        if lite is not None:
+            lite.execute("BEGIN IMMEDIATE")
+            lite.execute(SQLITE_INSERT, (payload(i), now_us())).fetchone()
+            lite.execute("COMMIT")
+        else:
+            cur = await pg.execute(PG_INSERT, (payload(i), now_us()))
+            await cur.fetchone()
+        if i >= warm:
+            latencies.append(time.perf_counter_ns() - before)
+        await asyncio.sleep(0.005)
+    return common.percentiles(latencies)
+
+
 if __name__ == "__main__":
     common.main(
         {
@@ -308,5 +333,6 @@ if __name__ == "__main__":
             "w1_pool16_tx": w1_pool16_tx,
             "w1_bulk": w1_bulk,
             "w2": w2,
+            "w3_inproc": w3_inproc,
         }
     )

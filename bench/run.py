@@ -134,6 +134,7 @@ def all_cases() -> list[Case]:
     add("w2_1x4", "pg", "raw_claim100", "w2", "--claim", "100")
     for peer in pg_peers:
         add("w2_1x4", "pg", peer, "w2")
+    add("w3_inproc", "pg", "raw", "w3_inproc")
     for subject in ("nilo", *pg_peers):
         add("w2_4proc", "pg", subject, "w2_child")
         add("w3_inproc", "pg", subject, "w3_inproc")
@@ -155,6 +156,7 @@ def all_cases() -> list[Case]:
     add("w2_1x4", "sqlite", "huey", "w2")
     add("w2_4proc", "sqlite", "nilo", "w2_child")
     add("w3_inproc", "sqlite", "nilo", "w3_inproc")
+    add("w3_inproc", "sqlite", "raw", "w3_inproc")
     add("w3_xproc", "sqlite", "nilo", "w3_xproc")
     add("idle", "sqlite", "nilo", "idle_worker")
     add("idle", "sqlite", "huey", "idle_worker")
@@ -938,10 +940,11 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
                     "| subject | p50 ms | p95 ms | p99 ms | p50 ÷ nilo's |",
                     "|---|---|---|---|---|",
                 ]
+                w3_labels = {**labels, "raw": "raw SQL: the push's INSERT + durable commit alone"}
                 for key in keys:
                     e = summary[key]
                     lines.append(
-                        f"| {_subject(key, labels)} | {_fmt(e.get('p50_ms'), 2)} | "
+                        f"| {_subject(key, w3_labels)} | {_fmt(e.get('p50_ms'), 2)} | "
                         f"{_fmt(e.get('p95_ms'), 2)} | {_fmt(e.get('p99_ms'), 2)} | "
                         f"{_fmt(_div(e.get('p50_ms'), nilo.get('p50_ms')), 2)} |"
                     )

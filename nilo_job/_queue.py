@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -135,6 +136,7 @@ class Jobs:
         self._serve_pid = 0
         self._wakeup: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
+        self._feed: _Feed | None = None
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self._busy: dict[int, Execution] = {}
         self._progress: dict[int, int] = {}
@@ -277,9 +279,19 @@ class Jobs:
         mark = f"within:{kind.name}:{unique}"
         if within is not None and not await within.add(mark, b"1"):
             return None
+        feed = self._idle_feed(row)
+        if feed is not None:
+            # A worker of this process is idle: the row is inserted already claimed for it.
+            claimed_at = self._clock()
+            row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
+            feed.promised += 1
         try:
             with self._pushing(kind.name):
-                row_id = await self._push_one(row)
+                try:
+                    row_id = await self._push_one(row)
+                finally:
+                    if feed is not None:
+                        feed.promised -= 1
                 self._pushed([row], [row_id])
         except BaseException:
             if within is not None:
@@ -287,8 +299,32 @@ class Jobs:
             raise
         if row_id is not None:
             await self._put_status(row_id, State.QUEUED, 0)
-            self.wake()
+            if feed is None:
+                self.wake()
+            else:
+                await self._hand_over(feed, kind, row, row_id, claimed_at)
         return row_id
+
+    def _idle_feed(self, row: NewRow) -> _Feed | None:
+        """serve's feed, when `row` is due now and a worker of serve is idle on this event loop
+        with no row promised to it: the push then claims the row itself, and the worker starts
+        it as soon as it has committed (no claim, no wait for the claim loop)."""
+        feed = self._feed
+        if feed is None or feed.closed or len(feed.idle) <= feed.promised:
+            return None
+        if self._serving_loop() is not asyncio.get_running_loop():
+            return None
+        return feed if row.run_at <= self._clock() else None
+
+    async def _hand_over(
+        self, feed: _Feed, kind: Kind, row: NewRow, row_id: int, claimed_at: int
+    ) -> None:
+        """Give the row this push claimed to serve's workers (given back if serve stopped)."""
+        claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
+        if feed.closed:
+            await self._write_end(kind, claimed, _released(claimed))
+        else:
+            feed.put([claimed], claimed_at)
 
     async def push_many(
         self,
@@ -828,7 +864,7 @@ class Jobs:
         self._serve_pid = os.getpid()
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
-        feed = _Feed()
+        feed = self._feed = _Feed()
         self._batcher = Grouped(self._finish_ends)
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         watching = asyncio.create_task(self.store.watch(self.wake))
@@ -840,7 +876,7 @@ class Jobs:
             try:
                 await self._stop(feed, workers, grace_ms)
             finally:
-                self._batcher = None
+                self._batcher = self._feed = None
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await watching
                 self._loop = self._wakeup = None
@@ -877,8 +913,9 @@ class Jobs:
             ahead = self._ahead()
             waiting = len(feed.rows)
             feed.low = ahead // 2
-            limit = len(feed.idle) + ahead - waiting
-            if limit <= 0 or (not feed.idle and waiting > feed.low):
+            idle = len(feed.idle) - feed.promised  # a push may be claiming for the others
+            limit = idle + ahead - waiting
+            if limit <= 0 or (idle <= 0 and waiting > feed.low):
                 await wakeup.wait()  # a worker going idle or taking rows sets it
                 continue
             if now_us() - self._clock_read_at > _CLOCK_EVERY_US:
@@ -1057,6 +1094,7 @@ class _Feed:
         self.want: asyncio.Event | None = None
         self.low = 0
         self.tasks: set[asyncio.Task[None]] = set()  # rows started and not yet ended
+        self.promised = 0  # idle workers a push in flight is claiming a row for
         self.closed = False
 
     async def get(self) -> tuple[Claimed, int] | None:

@@ -118,6 +118,29 @@ async def test_a_running_row_is_claimed_again_only_once_its_lease_ran_out(
     assert await store.stats() == (0, 1, 0)
 
 
+async def test_a_row_pushed_with_a_lease_is_running_at_its_first_attempt(
+    store: Store, t: int
+) -> None:
+    claimed_row = NewRow("a", P, t, "k", lease_until=t + 100)
+    first, queued = await store.push([claimed_row, new(t)])
+    assert await store.stats() == (1, 1, 0)
+    # Nobody else takes it while its lease lasts; the queued one is taken.
+    assert await store.claim(["a"], t + 99, t + 199, 10) == [Claimed(queued, "a", P, 1, t, None)]
+    # It holds its unique key like any running row.
+    assert await store.push([new(t, unique="k")]) == [None]
+    # Its first attempt's end applies; had its pusher died, the lease would run out.
+    assert await store.finish([Done(first, 1)]) == [True]
+    assert await store.stats() == (0, 1, 0)
+
+
+async def test_a_row_pushed_with_a_lease_is_taken_again_once_it_ran_out(
+    store: Store, t: int
+) -> None:
+    (row,) = await store.push([NewRow("a", P, t, None, lease_until=t + 100)])
+    assert await store.claim(["a"], t + 99, t + 199, 1) == []
+    assert await store.claim(["a"], t + 100, t + 200, 1) == [Claimed(row, "a", P, 2, t, None)]
+
+
 async def test_done_deletes_the_row_and_frees_its_key(store: Store, t: int) -> None:
     (row,) = await store.push([new(t, unique="k")])
     claimed = await claim_one(store, t)

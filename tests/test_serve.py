@@ -1,5 +1,6 @@
 """serve's worker loop on every store: how many rows run at once, each run's own context, ends
-written before serve returns, a prompt stop, and a worker that outlives a failing status space.
+written before serve returns, a prompt stop, a worker that outlives a failing status space, and
+a push handed straight to an idle worker of its own process.
 
 Every wait is for an event with a bound; nothing sleeps to wait for time.
 """
@@ -9,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+from collections.abc import Sequence
 
 import nilo_job as job
-from nilo_job.store.contract import Store
+from nilo_job.store.contract import Claimed, NewRow, Store
 
 _running = 0
 _most = 0
@@ -139,3 +141,96 @@ async def test_a_worker_goes_on_after_a_failure_outside_the_run(store: Store) ->
     stats = await jobs.stats()
     assert (stats.queued, stats.running, stats.dead) == (0, 1, 0)
     assert [row.id for row in await store.rows("running", 10)] == [first]
+
+
+@dataclasses.dataclass
+class Attempted:
+    nilo_job = "attempted"
+    retry = job.Retry.NONE
+
+    n: int = 0
+
+    async def run(self, tick: job.Tick) -> None:
+        _ran.append(tick.attempts)
+        if len(_ran) == _expected:
+            _all_ran.set()
+
+
+class ClaimCounter:
+    """Counts the rows `store.claim` hands out."""
+
+    def __init__(self, store: Store) -> None:
+        self.claim = store.claim
+        self.rows = 0
+        store.claim = self  # type: ignore[method-assign]
+
+    async def __call__(self, *args: object) -> list[Claimed]:
+        rows = await self.claim(*args)  # type: ignore[arg-type]
+        self.rows += len(rows)
+        return rows
+
+
+async def test_a_push_with_an_idle_worker_here_is_run_without_a_claim(store: Store) -> None:
+    jobs = job.Jobs(kinds=[Attempted], store=store, workers=2, poll_ms=60_000)
+    counter = ClaimCounter(store)
+    async with jobs.serving():
+        await _until_idle(jobs)
+        for n in range(5):
+            _reset(1)
+            await jobs.push(Attempted(n))
+            async with asyncio.timeout(30):
+                await _all_ran.wait()
+            assert _ran == [1]
+    assert counter.rows == 0  # each row was claimed by its own push, for an idle worker
+    assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_a_push_due_later_is_queued_and_claimed_when_due(store: Store) -> None:
+    jobs = job.Jobs(kinds=[Attempted], store=store, workers=2, poll_ms=20)
+    counter = ClaimCounter(store)
+    _reset(1)
+    async with jobs.serving():
+        await _until_idle(jobs)
+        await jobs.push(Attempted(1), after_ms=50)
+        assert (await jobs.stats()).queued == 1
+        async with asyncio.timeout(30):
+            await _all_ran.wait()
+    assert _ran == [1]
+    assert counter.rows == 1
+
+
+async def test_a_row_claimed_by_a_push_as_serve_stops_is_queued_again_unrun(
+    store: Store, t: int
+) -> None:
+    jobs = job.Jobs(kinds=[Attempted], store=store, workers=1, poll_ms=60_000)
+    real = store.push
+    gate = asyncio.Event()
+
+    async def held(rows: Sequence[NewRow]) -> list[int | None]:
+        await gate.wait()
+        return await real(rows)
+
+    store.push = held  # type: ignore[method-assign]
+    _reset(1)
+    async with jobs.serving():
+        await _until_idle(jobs)
+        pushing = asyncio.create_task(jobs.push(Attempted(1)))
+        await asyncio.sleep(0)
+    # serve has stopped while the push, which claimed its row for the idle worker, was in flight
+    gate.set()
+    row_id = await pushing
+    assert row_id is not None
+    assert _ran == []
+    assert await jobs.stats() == (1, 0, 0)
+    assert await jobs.drain_at(t) == 1
+    assert _ran == [1]  # queued again unrun: its first run is still attempt one
+
+
+async def _until_idle(jobs: job.Jobs) -> None:
+    """Until serve's workers all wait for a row (serve has started and claimed nothing)."""
+    async with asyncio.timeout(10):
+        while True:
+            feed = jobs._feed
+            if feed is not None and len(feed.idle) == jobs.workers:
+                return
+            await asyncio.sleep(0)

@@ -40,12 +40,17 @@ class NewRow:
 
     A row with a `unique_key` is inserted only when no queued or running row of the same kind holds
     that key; the store's unique index over ``(kind, unique_key)`` gives the verdict.
+
+    A row with `lease_until` (µs) is inserted already claimed: `running`, its first attempt
+    counted (`attempts` 1), leased until then. The queue does this for a push that an idle worker
+    of the pushing process will run at once, saving that worker's claim.
     """
 
     kind: str
     payload: bytes
     run_at: int
     unique_key: str | None = None
+    lease_until: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

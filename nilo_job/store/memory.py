@@ -115,13 +115,18 @@ class Memory:
         if row.unique_key is not None and (row.kind, row.unique_key) in self._unique:
             return None
         self._last_id += 1
-        self._rows[self._last_id] = _Row(
+        stored = _Row(
             self._last_id, row.kind, row.payload, "queued", row.run_at, unique_key=row.unique_key
         )
+        self._rows[self._last_id] = stored
         if row.unique_key is not None:
             self._unique[(row.kind, row.unique_key)] = self._last_id
         self._used += len(row.payload)
-        heapq.heappush(self._due, (row.run_at, self._last_id))
+        if row.lease_until is None:
+            heapq.heappush(self._due, (row.run_at, self._last_id))
+        else:  # claimed by its pusher
+            stored.state, stored.attempts, stored.lease_until = "running", 1, row.lease_until
+            heapq.heappush(self._leases, (row.lease_until, self._last_id))
         return self._last_id
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:

@@ -234,6 +234,7 @@ class PostgresTable:
             "kinds": [row.kind for row in rows],
             "payloads": [row.payload.decode() for row in rows],
             "run_ats": [row.run_at for row in rows],
+            "leases": [row.lease_until for row in rows],
         }
 
         async def bulk(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
@@ -410,6 +411,9 @@ def _params(row: NewRow) -> dict[str, object]:
         "payload": row.payload.decode(),
         "run_at": row.run_at,
         "unique_key": row.unique_key,
+        "state": "queued" if row.lease_until is None else "running",
+        "attempts": 0 if row.lease_until is None else 1,
+        "lease_until": row.lease_until,
     }
 
 

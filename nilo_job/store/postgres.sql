@@ -30,18 +30,22 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 
 -- name: push
 WITH pushed AS (
-    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
-    VALUES (%(kind)s, %(payload)s::json, 'queued', %(run_at)s, 0, %(unique_key)s)
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until)
+    VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
+            %(lease_until)s)
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id)
-SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed;
+-- A row its pusher claimed wakes nobody else.
+SELECT id, CASE WHEN %(state)s = 'queued' THEN pg_notify('nilo_jobs', id::text) END FROM pushed;
 
 -- name: push_bulk
 WITH pushed AS (
-    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts)
-    SELECT kind, payload::json, 'queued', run_at, 0
-    FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(run_ats)s::bigint[])
-        AS row(kind, payload, run_at)
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, lease_until)
+    SELECT kind, payload::json, CASE WHEN lease_until IS NULL THEN 'queued' ELSE 'running' END,
+           run_at, CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END, lease_until
+    FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(run_ats)s::bigint[],
+                %(leases)s::bigint[])
+        AS row(kind, payload, run_at, lease_until)
     RETURNING id)
 SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed WHERE id = (SELECT max(id) FROM pushed)
 UNION ALL
@@ -49,8 +53,9 @@ SELECT id, NULL FROM pushed WHERE id <> (SELECT max(id) FROM pushed);
 
 -- name: push_sqlalchemy
 WITH pushed AS (
-    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
-    VALUES (:kind, CAST(:payload AS json), 'queued', :run_at, 0, :unique_key)
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until)
+    VALUES (:kind, CAST(:payload AS json), :state, :run_at, :attempts, :unique_key,
+            CAST(:lease_until AS bigint))
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify('nilo_jobs', CAST(id AS text)) FROM pushed;

@@ -338,8 +338,18 @@ def _script(conn: sqlite3.Connection, script: str) -> None:
 def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None]:
     answers: list[int | None] = []
     for row in rows:
+        claimed = row.lease_until is not None
         found = conn.execute(
-            SQL["push"], (row.kind, row.payload.decode(), row.run_at, row.unique_key)
+            SQL["push"],
+            (
+                row.kind,
+                row.payload.decode(),
+                "running" if claimed else "queued",
+                row.run_at,
+                1 if claimed else 0,
+                row.unique_key,
+                row.lease_until,
+            ),
         ).fetchone()
         answers.append(None if found is None else found[0])
     return answers

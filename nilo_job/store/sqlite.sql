@@ -25,8 +25,8 @@ CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state
 SELECT name FROM pragma_table_info('nilo_jobs');
 
 -- name: push
-INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key)
-VALUES (?, ?, 'queued', ?, 0, ?)
+INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
