@@ -280,18 +280,12 @@ class Jobs:
         if within is not None and not await within.add(mark, b"1"):
             return None
         feed = self._idle_feed(row)
-        if feed is not None:
-            # A worker of this process is idle: the row is inserted already claimed for it.
-            claimed_at = self._clock()
+        claimed_at = self._clock()
+        if feed is not None:  # a worker of this process is idle: the row is claimed for it
             row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
-            feed.promised += 1
         try:
             with self._pushing(kind.name):
-                try:
-                    row_id = await self._push_one(row)
-                finally:
-                    if feed is not None:
-                        feed.promised -= 1
+                row_id = await self._push_for(row, feed)
                 self._pushed([row], [row_id])
         except BaseException:
             if within is not None:
@@ -299,11 +293,25 @@ class Jobs:
             raise
         if row_id is not None:
             await self._put_status(row_id, State.QUEUED, 0)
-            if feed is None:
-                self.wake()
-            else:
-                await self._hand_over(feed, kind, row, row_id, claimed_at)
+        if feed is not None and row_id is not None:
+            await self._hand_over(feed, kind, row, row_id, claimed_at)
+        else:
+            self.wake()
         return row_id
+
+    async def _push_for(self, row: NewRow, feed: _Feed | None) -> int | None:
+        """Push `row`; with `feed`, an idle worker of it is promised the row meanwhile, so that
+        the claim loop does not claim for that worker too."""
+        if feed is None:
+            return await self._push_one(row)
+        feed.promised += 1
+        try:
+            return await self._push_one(row)
+        except BaseException:
+            self.wake()  # the promised worker is idle still: the claim loop claims for it
+            raise
+        finally:
+            feed.promised -= 1
 
     def _idle_feed(self, row: NewRow) -> _Feed | None:
         """serve's feed, when `row` is due now and a worker of serve is idle on this event loop
