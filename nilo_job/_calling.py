@@ -39,21 +39,30 @@ async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_
 
 
 class Grouped(Generic[T, R]):
-    """`write(items)` shared by concurrent callers (a group commit): a call made while none is in
-    flight writes its item at once, in its own task; calls made while one is in flight wait and
-    go together in the next write, up to `MOST` items each.
+    """`write(items)` shared by concurrent callers (a group commit): calls made while a write is
+    in flight wait and go together in the next one, up to `MOST` items each.
 
     Each caller still waits for its own item's answer, so grouping costs durability nothing; it
     turns one transaction per item into one per group. When a group fails with anything but
     `StoreUnavailable` (an outage fails every item alike), each of its items is written again
-    alone, so that one caller's bad item is never another caller's error. A caller cancelled
-    before its item was sent has it dropped.
+    alone, so that one caller's bad item is never another caller's error. A group is written in
+    a context of its own (no caller's contextvars), since it is no one caller's.
+
+    Two kinds of caller:
+    - `detached=False` (pushes): a call made while none is in flight writes its item at once,
+      in the caller's own task and context; an item whose caller is cancelled before its group
+      was sent is dropped.
+    - `detached=True` (the ends of runs): every write runs in a task of this object's own and
+      goes to the end even when its callers are cancelled; `idle()` waits for it.
     """
 
     MOST = 256
 
-    def __init__(self, write: Callable[[list[T]], Awaitable[list[R]]]) -> None:
+    def __init__(
+        self, write: Callable[[list[T]], Awaitable[list[R]]], *, detached: bool = False
+    ) -> None:
         self.write = write
+        self.detached = detached
         self.pending: list[tuple[T, asyncio.Future[R]]] = []
         self.busy = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -65,9 +74,12 @@ class Grouped(Generic[T, R]):
             # In flight on another event loop (the sync face's, a closed one): not ours to join.
             (answer,) = await self.write([item])
             return answer
-        if self.busy:
+        if self.busy or self.detached:
             future: asyncio.Future[R] = loop.create_future()
             self.pending.append((item, future))
+            if not self.busy:
+                self.busy, self.loop = True, loop
+                self._next(loop)
             return await future
         self.busy, self.loop = True, loop
         try:
@@ -78,15 +90,17 @@ class Grouped(Generic[T, R]):
 
     def _next(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.pending:
-            self.task = loop.create_task(self._drain())
+            self.task = loop.create_task(self._drain(), context=contextvars.Context())
         else:
             self.busy = False
 
     async def _drain(self) -> None:
         try:
             while self.pending:
-                group = [(i, f) for i, f in self.pending[: self.MOST] if not f.done()]
+                group = self.pending[: self.MOST]
                 del self.pending[: self.MOST]
+                if not self.detached:  # a push whose caller gave up before it was sent
+                    group = [(item, future) for item, future in group if not future.done()]
                 if group:
                     await self._write_group(group)
         finally:

@@ -137,6 +137,7 @@ class Jobs:
         self._wakeup: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
         self._feed: _Feed | None = None
+        self._handing_back: set[asyncio.Task[bool | None]] = set()  # pushed rows given back
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self._busy: dict[int, Execution] = {}
         self._progress: dict[int, int] = {}
@@ -285,7 +286,10 @@ class Jobs:
             row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
         try:
             with self._pushing(kind.name):
-                row_id = await self._push_for(row, feed)
+                if feed is None:
+                    row_id = await self._push_one(row)
+                else:
+                    row_id = await self._push_claimed(feed, kind, row, claimed_at)
                 self._pushed([row], [row_id])
         except BaseException:
             if within is not None:
@@ -293,25 +297,32 @@ class Jobs:
             raise
         if row_id is not None:
             await self._put_status(row_id, State.QUEUED, 0)
-        if feed is not None and row_id is not None:
-            await self._hand_over(feed, kind, row, row_id, claimed_at)
-        else:
-            self.wake()
+            if feed is None:
+                self.wake()
         return row_id
 
-    async def _push_for(self, row: NewRow, feed: _Feed | None) -> int | None:
-        """Push `row`; with `feed`, an idle worker of it is promised the row meanwhile, so that
-        the claim loop does not claim for that worker too."""
-        if feed is None:
-            return await self._push_one(row)
+    async def _push_claimed(
+        self, feed: _Feed, kind: Kind, row: NewRow, claimed_at: int
+    ) -> int | None:
+        """Push `row`, inserted already claimed, and hand it to `feed`'s idle worker.
+
+        Meanwhile that worker is promised the row, so that the claim loop does not claim for it
+        too. The write is shielded: a push cancelled after its INSERT reached the store still
+        hands its row over (or gives it back, if serve stopped), never leaving it running and
+        unrun for a lease.
+        """
         feed.promised += 1
+        write = asyncio.ensure_future(self._push_one(row))
+        write.add_done_callback(functools.partial(self._hand_over, feed, kind, row, claimed_at))
         try:
-            return await self._push_one(row)
-        except BaseException:
-            self.wake()  # the promised worker is idle still: the claim loop claims for it
-            raise
+            row_id = await asyncio.shield(write)
         finally:
             feed.promised -= 1
+            if not write.done() or write.cancelled() or write.exception() is not None:
+                self.wake()  # the promised worker is idle still: the claim loop claims for it
+        if self._handing_back:  # serve stopped meanwhile: the row is being queued again
+            await asyncio.wait(set(self._handing_back))
+        return row_id
 
     def _idle_feed(self, row: NewRow) -> _Feed | None:
         """serve's feed, when `row` is due now and a worker of serve is idle on this event loop
@@ -324,15 +335,31 @@ class Jobs:
             return None
         return feed if row.run_at <= self._clock() else None
 
-    async def _hand_over(
-        self, feed: _Feed, kind: Kind, row: NewRow, row_id: int, claimed_at: int
+    def _hand_over(
+        self,
+        feed: _Feed,
+        kind: Kind,
+        row: NewRow,
+        claimed_at: int,
+        write: asyncio.Future[int | None],
     ) -> None:
-        """Give the row this push claimed to serve's workers (given back if serve stopped)."""
+        """Once the push of `row` (claimed for `feed`) is written, give the row to serve's
+        workers; if serve has stopped meanwhile, queue it again unrun."""
+        if write.cancelled() or write.exception() is not None:
+            return
+        row_id = write.result()
+        if row_id is None:
+            self.wake()  # its key was taken: the promised worker is idle still
+            return
         claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
-        if feed.closed:
-            await self._write_end(kind, claimed, _released(claimed))
-        else:
+        if not feed.closed:
             feed.put([claimed], claimed_at)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._write_end(kind, claimed, _released(claimed))
+        )
+        self._handing_back.add(task)
+        task.add_done_callback(self._handing_back.discard)
 
     async def push_many(
         self,
@@ -545,9 +572,19 @@ class Jobs:
     async def _put_status(
         self, row_id: int, state: State, attempts: int, progress: int | None = None
     ) -> None:
-        if self.space is not None:
-            status = Status(state, attempts, progress)
+        """Record a row's state in the status Space. The Space is a side record: a write that
+        fails (Redis down, say) is logged and fails neither the push that committed the row nor
+        its run."""
+        if self.space is None:
+            return
+        status = Status(state, attempts, progress)
+        try:
             await self.space.put(_status_key(row_id), _STATUS.encode(status))
+        except Exception as error:
+            log.warning(
+                "row %d: its status (%s) could not be recorded in %r: %s",
+                row_id, state.value, self.space, error, extra={"row": row_id},
+            )  # fmt: skip
 
     async def ready(self) -> bool:
         """False when the store cannot be reached or has no usable table (the store says so), or
@@ -715,7 +752,6 @@ class Jobs:
         started = clock()
         tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
         self._progress.pop(row.id, None)
-        await self._put_status(row.id, State.RUNNING, row.attempts)
         kwargs: dict[str, Any] = {}
         for param in kind.params:
             if param.source == "tick":
@@ -736,6 +772,8 @@ class Jobs:
         )
         began = time.monotonic()
         try:
+            # Inside the try: a stop while the status is written gives the row back too.
+            await self._put_status(row.id, State.RUNNING, row.attempts)
             with watch:
                 if kind.is_async:
                     await call_async(kind, value, kwargs, timeout_s)
@@ -745,7 +783,7 @@ class Jobs:
             task = asyncio.current_task()
             if task is None or not task.cancelling():
                 error = cancelled  # raised by the run itself: a failure like any other
-            elif execution.done or kind.is_async:
+            elif kind.is_async or not execution.thread_started or execution.done:
                 # The worker is shutting down past its grace: give the row back unrun.
                 released = Released(row.id, row.attempts, clock())
                 await asyncio.shield(self._end(kind, row, released, time.monotonic() - began))
@@ -768,12 +806,17 @@ class Jobs:
         end = _policy.decide(kind, row, error, ended, then)
         if kind.is_async:
             free()
-        # Not shielded: a cancel here (a stop past its grace) leaves the end in the batch being
-        # written, which carries on; only this process's bookkeeping of it is skipped.
-        await self._end(kind, row, end, seconds)
-        if not kind.is_async:
-            # A timed-out thread still running keeps its worker slot until it returns.
-            await execution.wait()
+        # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
+        # batcher, which writes it whatever happens to this task; only this process's
+        # bookkeeping of it (observers, status) is skipped.
+        try:
+            await self._end(kind, row, end, seconds)
+        finally:
+            task = asyncio.current_task()
+            if not kind.is_async and not (task is not None and task.cancelling()):
+                # A timed-out thread still running keeps its worker slot until it returns,
+                # even when recording its end failed.
+                await execution.wait()
         return True
 
     async def _write_end(self, kind: Kind, row: Claimed, end: End) -> bool | None:
@@ -873,7 +916,7 @@ class Jobs:
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
         feed = self._feed = _Feed()
-        self._batcher = Grouped(self._finish_ends)
+        self._batcher = Grouped(self._finish_ends, detached=True)
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         watching = asyncio.create_task(self.store.watch(self.wake))
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
@@ -924,7 +967,10 @@ class Jobs:
             idle = len(feed.idle) - feed.promised  # a push may be claiming for the others
             limit = idle + ahead - waiting
             if limit <= 0 or (idle <= 0 and waiting > feed.low):
-                await wakeup.wait()  # a worker going idle or taking rows sets it
+                # Until a worker goes idle or takes rows (or, to be safe, the poll).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll_s):
+                        await wakeup.wait()
                 continue
             if now_us() - self._clock_read_at > _CLOCK_EVERY_US:
                 with contextlib.suppress(Exception):

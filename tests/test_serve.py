@@ -1,5 +1,6 @@
 """serve's worker loop on every store: how many rows run at once, each run's own context, ends
-written before serve returns, a prompt stop, a worker that outlives a failing status space, and
+written before serve returns, a prompt stop, a worker that outlives a failing store or status
+space, and
 a push handed straight to an idle worker of its own process.
 
 Every wait is for an event with a bound; nothing sleeps to wait for time.
@@ -13,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import nilo_job as job
-from nilo_job.store.contract import Claimed, NewRow, Store
+from nilo_job.store.contract import Claimed, End, NewRow, Store
 
 _running = 0
 _most = 0
@@ -110,37 +111,55 @@ async def test_serve_stops_at_once_when_asked_just_as_a_run_ends(store: Store) -
     assert await jobs.stats() == (0, 0, 0)
 
 
-class FailingOnce(job.MemorySpace):
-    """A status space whose first write fails with an error nilo-job does not know."""
+class FailingSpace(job.MemorySpace):
+    """A status space whose writes fail while `down` is set."""
 
     def __init__(self) -> None:
         super().__init__(ttl_s=60)
-        self.failed = False
+        self.down = False
 
     async def put(self, key: str, value: bytes) -> None:
-        if not self.failed:
-            self.failed = True
+        if self.down:
             raise RuntimeError("the status space is down")
         await super().put(key, value)
 
 
-async def test_a_worker_goes_on_after_a_failure_outside_the_run(store: Store) -> None:
-    _reset(2)
-    space = FailingOnce()
+async def test_a_status_space_that_fails_fails_neither_a_push_nor_a_run(store: Store) -> None:
+    _reset(3)
+    space = FailingSpace()
     jobs = job.Jobs(kinds=[Counted], store=store, workers=1, poll_ms=20, status=space)
-    space.failed = True  # the pushes' own status writes succeed
-    first = await jobs.push(Counted(1))
-    await jobs.push(Counted(2))
-    await jobs.push(Counted(3))
-    space.failed = False  # the first row's "running" write fails: that row is left to its lease
-    assert first is not None
+    space.down = True
+    ids = [await jobs.push(Counted(n)) for n in (1, 2, 3)]
+    assert None not in ids
     async with jobs.serving():
         async with asyncio.timeout(30):
             await _all_ran.wait()
-    assert _ran == [2, 3]
-    stats = await jobs.stats()
-    assert (stats.queued, stats.running, stats.dead) == (0, 1, 0)
-    assert [row.id for row in await store.rows("running", 10)] == [first]
+    assert _ran == [1, 2, 3]
+    assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_a_worker_goes_on_after_an_end_that_could_not_be_written(store: Store) -> None:
+    _reset(3)
+    jobs = job.Jobs(kinds=[Counted], store=store, workers=1, poll_ms=20)
+    real = store.finish
+    failed: list[int] = []
+
+    async def finish_failing_once(ends: Sequence[End]) -> list[bool]:
+        if not failed:
+            failed.append(ends[0].id)
+            raise RuntimeError("a bug in a store of your own")
+        return await real(ends)
+
+    store.finish = finish_failing_once  # type: ignore[method-assign]
+    for n in (1, 2, 3):
+        await jobs.push(Counted(n))
+    async with jobs.serving():
+        async with asyncio.timeout(30):
+            await _all_ran.wait()
+    assert _ran == [1, 2, 3]
+    # The row whose end was lost stays running under its lease (it runs again after it).
+    assert [row.id for row in await store.rows("running", 10)] == failed
+    assert await jobs.stats() == (0, 1, 0)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,403 @@
+"""serve, grouped pushes and ends, and a push handed straight to an idle worker, under the
+failures a real user or a real outage brings: stops past the grace, cancelled pushes, a status
+Space or a store that fails, timed-out threads, and whose context a grouped write runs in.
+
+Each test says what it expects. Every wait is bounded and waits for an event (or for a bounded
+number of turns of the loop); nothing sleeps to wait for time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import nilo_job as job
+from nilo_job.store.contract import Died, End, NewRow, Store
+
+_ran: list[int] = []
+
+
+@dataclasses.dataclass
+class Quick:
+    nilo_job = "quick"
+    retry = job.Retry.NONE
+
+    n: int = 0
+
+    async def run(self) -> None:
+        _ran.append(self.n)
+
+
+async def _until_idle(jobs: job.Jobs) -> None:
+    """Until serve's workers all wait for a row (serve has started and claimed nothing)."""
+    async with asyncio.timeout(10):
+        while True:
+            feed = jobs._feed
+            if feed is not None and len(feed.idle) == jobs.workers:
+                return
+            await asyncio.sleep(0)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    async with asyncio.timeout(10):
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+# ------------------------------------------------------------------------------------------
+# 1. The end of a run that has returned is written even when serve stops past its grace while
+#    that end waits for a group being written: no row is left `running` by a stop.
+
+
+async def test_ends_waiting_for_a_group_are_written_when_serve_stops_past_its_grace(
+    store: Store,
+) -> None:
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=2, poll_ms=60_000)
+    real = store.finish
+    gate = asyncio.Event()
+    writes: list[asyncio.Future[list[bool]]] = []
+
+    async def in_flight(ends: Sequence[End]) -> list[bool]:
+        # A finish the database has received: it completes whatever happens to its caller
+        # (SQLite's thread does exactly this; so does a statement PostgreSQL already has).
+        async def write() -> list[bool]:
+            await gate.wait()
+            return await real(ends)
+
+        inner = asyncio.ensure_future(write())
+        writes.append(inner)
+        return await asyncio.shield(inner)
+
+    store.finish = in_flight  # type: ignore[method-assign]
+    await jobs.push_many([Quick(1), Quick(2)])
+    serving = asyncio.create_task(jobs.serve(grace_ms=0))
+    async with asyncio.timeout(10):
+        # Both runs have returned and their ends are being written.
+        while not (writes and len(_ran) == 2):  # noqa: ASYNC110 (turns of the loop, bounded)
+            await asyncio.sleep(0)
+    assert sorted(_ran) == [1, 2]
+    # grace 0: `nilo-job worker --grace-ms 0`, or a second SIGTERM
+    stopping = asyncio.create_task(_stop(serving))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gate.set()
+    async with asyncio.timeout(10):
+        await stopping
+        await asyncio.gather(*writes)
+    # Both runs returned before the stop: both ends should be written, no row left running.
+    assert await jobs.stats() == (0, 0, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# 2. A push that claimed its row for an idle worker and whose caller is cancelled after the
+#    INSERT reached the database still hands its row over (or gives it back): never `running`,
+#    unrun, for a whole lease.
+
+
+async def test_a_cancelled_push_whose_claimed_row_committed_leaves_no_row_running(
+    store: Store,
+) -> None:
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    real = store.push
+    gate = asyncio.Event()
+    writes: list[asyncio.Future[list[int | None]]] = []
+
+    async def in_flight(rows: Sequence[NewRow]) -> list[int | None]:
+        async def write() -> list[int | None]:
+            await gate.wait()
+            return await real(rows)
+
+        inner = asyncio.ensure_future(write())
+        writes.append(inner)
+        return await asyncio.shield(inner)
+
+    store.push = in_flight  # type: ignore[method-assign]
+    async with jobs.serving(grace_ms=5_000):
+        await _until_idle(jobs)
+        pushing = asyncio.create_task(jobs.push(Quick(1)))  # a web request's push, say
+        async with asyncio.timeout(10):
+            while not writes:  # noqa: ASYNC110 (turns of the loop, bounded)
+                await asyncio.sleep(0)
+        pushing.cancel()  # the request is cancelled (client gone, a timeout around it)
+        gate.set()
+        async with asyncio.timeout(10):
+            (row_id,) = await writes[0]  # the row is committed
+            with pytest.raises(asyncio.CancelledError):
+                await pushing
+        assert row_id is not None
+    # serve stopped cleanly: the row should have run or be queued, not held for its lease.
+    stats = await jobs.stats()
+    assert stats.running == 0, f"row {row_id} left running, unrun ({_ran=})"
+
+
+async def test_sqlite_a_push_cancelled_mid_insert_leaves_its_row_running(
+    table: Store, tmp_path: Path
+) -> None:
+    # The same on a plain SQLite table with no wrapper: the INSERT runs in the store's thread,
+    # which a cancel of the caller does not stop. The cancel lands once the row is committed
+    # and before the push has its answer, as a cancel during a slow commit does.
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=table, workers=1, poll_ms=60_000)
+    async with jobs.serving(grace_ms=5_000):
+        await _until_idle(jobs)
+        pushing = asyncio.create_task(jobs.push(Quick(1)))
+        with sqlite3.connect(tmp_path / "q.db") as look:
+            async with asyncio.timeout(10):
+                while not look.execute("SELECT count(*) FROM nilo_jobs").fetchone()[0]:  # noqa: ASYNC110 (turns of the loop, bounded)
+                    await asyncio.sleep(0)
+        pushing.cancel()
+        async with asyncio.timeout(10):
+            with pytest.raises(asyncio.CancelledError):
+                await pushing
+    stats = await jobs.stats()
+    assert stats.running == 0, f"{stats}: the pushed row is left running, unrun ({_ran=})"
+
+
+# ------------------------------------------------------------------------------------------
+# 3. When the status Space fails as a push inserts its row claimed for an idle worker, the push
+#    still succeeds, the row runs, and the claim loop goes on claiming (rows of other processes
+#    are run at the next poll).
+
+
+class FailingNextPut(job.MemorySpace):
+    """A status space whose next write fails (a Redis blip), once armed."""
+
+    def __init__(self) -> None:
+        super().__init__(ttl_s=60)
+        self.armed = False
+
+    async def put(self, key: str, value: bytes) -> None:
+        if self.armed:
+            self.armed = False
+            raise ConnectionError("the status space is unreachable")
+        await super().put(key, value)
+
+
+async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store: Store) -> None:
+    _ran.clear()
+    space = FailingNextPut()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=20, status=space)
+    real = store.push
+    gate = asyncio.Event()
+
+    async def held(rows: Sequence[NewRow]) -> list[int | None]:
+        await gate.wait()
+        return await real(rows)
+
+    store.push = held  # type: ignore[method-assign]
+    turns = 0
+    turned = asyncio.Event()
+    ahead = jobs._ahead
+
+    def counting() -> int:  # called once per pass of the claim loop
+        nonlocal turns
+        turns += 1
+        turned.set()
+        return ahead()
+
+    jobs._ahead = counting  # type: ignore[method-assign]
+    async with jobs.serving(grace_ms=5_000):
+        await _until_idle(jobs)
+        space.armed = True  # the push's own status write fails
+        pushing = asyncio.create_task(jobs.push(Quick(1)))
+        async with asyncio.timeout(10):
+            while jobs._feed is None or jobs._feed.promised == 0:  # noqa: ASYNC110 (turns of the loop, bounded)
+                await asyncio.sleep(0)
+            # The claim loop's poll ends while the push is in flight: it sees no free worker
+            # (the idle one is promised) and waits for a wake-up, with no timeout.
+            seen = turns
+            while turns == seen:
+                turned.clear()
+                await turned.wait()
+        gate.set()
+        async with asyncio.timeout(10):
+            assert isinstance(await pushing, int)  # a status that fails fails no push
+        store.push = real  # type: ignore[method-assign]
+        # Another process (its own Jobs, not serving) queues a row. poll_ms is 20.
+        other = job.Jobs(kinds=[Quick], store=store)
+        await other.push(Quick(2))
+        try:
+            async with asyncio.timeout(5):
+                while 2 not in _ran:
+                    turned.clear()
+                    await turned.wait()
+        except TimeoutError:
+            pytest.fail(f"serve claimed nothing for 5 s with poll_ms=20 ({_ran=})")
+    assert (await jobs.stats()).running == 0  # and the first row is not held for its lease
+
+
+# ------------------------------------------------------------------------------------------
+# 4. A timed-out sync run keeps its worker until its thread returns, even when writing its end
+#    fails: never more than `workers` things at once.
+
+_stuck_alive = threading.Event()
+_let_go = threading.Event()
+_probe_saw: list[bool] = []
+
+
+@dataclasses.dataclass
+class Stuck:
+    nilo_job = "stuck"
+    retry = job.Retry.NONE
+    timeout_ms = 50
+
+    def run(self) -> None:
+        _stuck_alive.set()
+        try:
+            _let_go.wait(10)
+        finally:
+            _stuck_alive.clear()
+
+
+@dataclasses.dataclass
+class Probe:
+    nilo_job = "probe"
+    retry = job.Retry.NONE
+
+    async def run(self) -> None:
+        _probe_saw.append(_stuck_alive.is_set())
+
+
+class FailsOnDied:
+    """Wraps a store's finish: an end that kills a row fails with an error of the store's own
+    (not StoreUnavailable), once."""
+
+    def __init__(self, store: Store) -> None:
+        self.finish = store.finish
+        self.failed = asyncio.Event()
+        store.finish = self  # type: ignore[method-assign]
+
+    async def __call__(self, ends: Sequence[End]) -> list[bool]:
+        if not self.failed.is_set() and any(isinstance(end, Died) for end in ends):
+            self.failed.set()
+            raise RuntimeError("a bug in a store of your own")
+        return await self.finish(ends)
+
+
+async def test_a_timed_out_thread_keeps_its_worker_when_recording_its_end_fails(
+    store: Store,
+) -> None:
+    _stuck_alive.clear()
+    _let_go.clear()
+    _probe_saw.clear()
+    space = FailsOnDied(store)
+    jobs = job.Jobs(kinds=[Stuck, Probe], store=store, workers=1, poll_ms=20)
+    await jobs.push(Stuck())
+    await jobs.push(Probe(), after_ms=0)
+    try:
+        async with jobs.serving(grace_ms=0):
+            async with asyncio.timeout(10):
+                await space.failed.wait()  # Stuck timed out; writing its end fails
+            free = False
+            for _ in range(200):  # a bounded number of turns of the loop
+                feed = jobs._feed
+                if _probe_saw or (feed is not None and feed.idle):
+                    free = True
+                    break
+                await asyncio.sleep(0)
+            assert _stuck_alive.is_set()
+            # With workers=1 the one worker stays taken while Stuck's thread still runs, so
+            # nothing else (Probe, waiting) may start.
+            assert not free, f"the worker took the next row beside the thread ({_probe_saw=})"
+    finally:
+        _let_go.set()
+
+
+# ------------------------------------------------------------------------------------------
+# 5. A stop past the grace while a row's task writes its "running" status (a slow Redis) gives
+#    the row back queued.
+
+
+class SlowRunningPut(job.MemorySpace):
+    def __init__(self) -> None:
+        super().__init__(ttl_s=60)
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def put(self, key: str, value: bytes) -> None:
+        if msgspec.json.decode(value)["state"] == "running":
+            self.entered.set()
+            await self.gate.wait()
+        await super().put(key, value)
+
+
+async def test_a_stop_while_a_row_writes_its_running_status_gives_the_row_back(
+    store: Store,
+) -> None:
+    _ran.clear()
+    space = SlowRunningPut()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000, status=space)
+    await jobs.push(Quick(1))
+    serving = asyncio.create_task(jobs.serve(grace_ms=0))
+    async with asyncio.timeout(10):
+        await space.entered.wait()
+    await _stop(serving)
+    assert _ran == []
+    assert await jobs.stats() == (1, 0, 0)  # queued again, unrun
+
+
+# ------------------------------------------------------------------------------------------
+# 6. A group of pushes is written in a context of its own, never in the first push's: push B's
+#    INSERT is not done under push A's span or A's request contextvars.
+
+_request: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="no request")
+
+
+class Spans:
+    """An observer whose `pushing` makes a span current (here: a contextvar)."""
+
+    @contextlib.contextmanager
+    def pushing(self, kind: str) -> Iterator[None]:
+        token = _request.set(f"span of {_request.get()}")
+        try:
+            yield
+        finally:
+            _request.reset(token)
+
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        return None
+
+    def claimed(self, rows: object, now_us: int, seconds: float) -> None:
+        return None
+
+    def running(self, kind: str, tick: object) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def ended(self, kind: str, outcome: str, error: str | None, seconds: float) -> None:
+        return None
+
+
+async def test_a_grouped_push_is_written_in_no_other_pushs_context(store: Store) -> None:
+    jobs = job.Jobs(kinds=[Quick], store=store)
+    jobs.observe(Spans())
+    real = store.push
+    seen: list[tuple[list[bytes], str]] = []
+
+    async def recording(rows: Sequence[NewRow]) -> list[int | None]:
+        seen.append(([row.payload for row in rows], _request.get()))
+        await asyncio.sleep(0)
+        return await real(rows)
+
+    store.push = recording  # type: ignore[method-assign]
+
+    async def request(name: str, n: int) -> None:
+        _request.set(name)
+        await jobs.push(Quick(n))
+
+    async with asyncio.timeout(10):
+        await asyncio.gather(request("request A", 1), request("request B", 2))
+    # B's row went in the group after A's: whatever context it is written in, it is not A's.
+    (b_write,) = [ctx for payloads, ctx in seen if b'{"n":2}' in payloads]
+    assert "request A" not in b_write, f"push B's write ran in {b_write!r}"
