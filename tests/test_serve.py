@@ -13,6 +13,8 @@ import contextvars
 import dataclasses
 from collections.abc import Sequence
 
+from serving import FailingSpace, until_idle
+
 import nilo_job as job
 from nilo_job.store.contract import Claimed, End, NewRow, Store
 
@@ -111,19 +113,6 @@ async def test_serve_stops_at_once_when_asked_just_as_a_run_ends(store: Store) -
     assert await jobs.stats() == (0, 0, 0)
 
 
-class FailingSpace(job.MemorySpace):
-    """A status space whose writes fail while `down` is set."""
-
-    def __init__(self) -> None:
-        super().__init__(ttl_s=60)
-        self.down = False
-
-    async def put(self, key: str, value: bytes) -> None:
-        if self.down:
-            raise RuntimeError("the status space is down")
-        await super().put(key, value)
-
-
 async def test_a_status_space_that_fails_fails_neither_a_push_nor_a_run(store: Store) -> None:
     _reset(3)
     space = FailingSpace()
@@ -193,7 +182,7 @@ async def test_a_push_with_an_idle_worker_here_is_run_without_a_claim(store: Sto
     jobs = job.Jobs(kinds=[Attempted], store=store, workers=2, poll_ms=60_000)
     counter = ClaimCounter(store)
     async with jobs.serving():
-        await _until_idle(jobs)
+        await until_idle(jobs)
         for n in range(5):
             _reset(1)
             await jobs.push(Attempted(n))
@@ -209,7 +198,7 @@ async def test_a_push_due_later_is_queued_and_claimed_when_due(store: Store) -> 
     counter = ClaimCounter(store)
     _reset(1)
     async with jobs.serving():
-        await _until_idle(jobs)
+        await until_idle(jobs)
         await jobs.push(Attempted(1), after_ms=50)
         assert (await jobs.stats()).queued == 1
         async with asyncio.timeout(30):
@@ -232,7 +221,7 @@ async def test_a_row_claimed_by_a_push_as_serve_stops_is_queued_again_unrun(
     store.push = held  # type: ignore[method-assign]
     _reset(1)
     async with jobs.serving():
-        await _until_idle(jobs)
+        await until_idle(jobs)
         pushing = asyncio.create_task(jobs.push(Attempted(1)))
         await asyncio.sleep(0)
     # serve has stopped while the push, which claimed its row for the idle worker, was in flight
@@ -243,13 +232,3 @@ async def test_a_row_claimed_by_a_push_as_serve_stops_is_queued_again_unrun(
     assert await jobs.stats() == (1, 0, 0)
     assert await jobs.drain_at(t) == 1
     assert _ran == [1]  # queued again unrun: its first run is still attempt one
-
-
-async def _until_idle(jobs: job.Jobs) -> None:
-    """Until serve's workers all wait for a row (serve has started and claimed nothing)."""
-    async with asyncio.timeout(10):
-        while True:
-            feed = jobs._feed
-            if feed is not None and len(feed.idle) == jobs.workers:
-                return
-            await asyncio.sleep(0)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from serving import FailingSpace, held_at, until_idle
 
 import nilo_job as job
 from nilo_job.store.contract import Died, End, NewRow, Store
@@ -35,16 +36,6 @@ class Quick:
 
     async def run(self) -> None:
         _ran.append(self.n)
-
-
-async def _until_idle(jobs: job.Jobs) -> None:
-    """Until serve's workers all wait for a row (serve has started and claimed nothing)."""
-    async with asyncio.timeout(10):
-        while True:
-            feed = jobs._feed
-            if feed is not None and len(feed.idle) == jobs.workers:
-                return
-            await asyncio.sleep(0)
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -68,18 +59,7 @@ async def test_ends_waiting_for_a_group_are_written_when_serve_stops_past_its_gr
     gate = asyncio.Event()
     writes: list[asyncio.Future[list[bool]]] = []
 
-    async def in_flight(ends: Sequence[End]) -> list[bool]:
-        # A finish the database has received: it completes whatever happens to its caller
-        # (SQLite's thread does exactly this; so does a statement PostgreSQL already has).
-        async def write() -> list[bool]:
-            await gate.wait()
-            return await real(ends)
-
-        inner = asyncio.ensure_future(write())
-        writes.append(inner)
-        return await asyncio.shield(inner)
-
-    store.finish = in_flight  # type: ignore[method-assign]
+    store.finish = held_at(gate, real, writes)  # type: ignore[method-assign]
     await jobs.push_many([Quick(1), Quick(2)])
     serving = asyncio.create_task(jobs.serve(grace_ms=0))
     async with asyncio.timeout(10):
@@ -114,18 +94,9 @@ async def test_a_cancelled_push_whose_claimed_row_committed_leaves_no_row_runnin
     gate = asyncio.Event()
     writes: list[asyncio.Future[list[int | None]]] = []
 
-    async def in_flight(rows: Sequence[NewRow]) -> list[int | None]:
-        async def write() -> list[int | None]:
-            await gate.wait()
-            return await real(rows)
-
-        inner = asyncio.ensure_future(write())
-        writes.append(inner)
-        return await asyncio.shield(inner)
-
-    store.push = in_flight  # type: ignore[method-assign]
+    store.push = held_at(gate, real, writes)  # type: ignore[method-assign]
     async with jobs.serving(grace_ms=5_000):
-        await _until_idle(jobs)
+        await until_idle(jobs)
         pushing = asyncio.create_task(jobs.push(Quick(1)))  # a web request's push, say
         async with asyncio.timeout(10):
             while not writes:  # noqa: ASYNC110 (turns of the loop, bounded)
@@ -151,7 +122,7 @@ async def test_sqlite_a_push_cancelled_mid_insert_leaves_its_row_running(
     _ran.clear()
     jobs = job.Jobs(kinds=[Quick], store=table, workers=1, poll_ms=60_000)
     async with jobs.serving(grace_ms=5_000):
-        await _until_idle(jobs)
+        await until_idle(jobs)
         pushing = asyncio.create_task(jobs.push(Quick(1)))
         with sqlite3.connect(tmp_path / "q.db") as look:
             async with asyncio.timeout(10):
@@ -171,23 +142,9 @@ async def test_sqlite_a_push_cancelled_mid_insert_leaves_its_row_running(
 #    are run at the next poll).
 
 
-class FailingNextPut(job.MemorySpace):
-    """A status space whose next write fails (a Redis blip), once armed."""
-
-    def __init__(self) -> None:
-        super().__init__(ttl_s=60)
-        self.armed = False
-
-    async def put(self, key: str, value: bytes) -> None:
-        if self.armed:
-            self.armed = False
-            raise ConnectionError("the status space is unreachable")
-        await super().put(key, value)
-
-
 async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store: Store) -> None:
     _ran.clear()
-    space = FailingNextPut()
+    space = FailingSpace()
     jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=20, status=space)
     real = store.push
     gate = asyncio.Event()
@@ -209,7 +166,7 @@ async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store:
 
     jobs._ahead = counting  # type: ignore[method-assign]
     async with jobs.serving(grace_ms=5_000):
-        await _until_idle(jobs)
+        await until_idle(jobs)
         space.armed = True  # the push's own status write fails
         pushing = asyncio.create_task(jobs.push(Quick(1)))
         async with asyncio.timeout(10):

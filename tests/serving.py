@@ -1,0 +1,57 @@
+"""Helpers shared by the tests of serve: waiting for its workers to be idle, and a status Space
+that fails on demand."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import nilo_job as job
+
+T = TypeVar("T")
+
+
+async def until_idle(jobs: job.Jobs) -> None:
+    """Until serve's workers all wait for a row (serve has started and claimed nothing)."""
+    async with asyncio.timeout(10):
+        while True:
+            feed = jobs._feed
+            if feed is not None and len(feed.idle) == jobs.workers:
+                return
+            await asyncio.sleep(0)
+
+
+class FailingSpace(job.MemorySpace):
+    """A status Space whose writes fail while `down` is set, or once after `armed` is set (a
+    Redis blip)."""
+
+    def __init__(self) -> None:
+        super().__init__(ttl_s=60)
+        self.down = False
+        self.armed = False
+
+    async def put(self, key: str, value: bytes) -> None:
+        if self.down or self.armed:
+            self.armed = False
+            raise ConnectionError("the status space is unreachable")
+        await super().put(key, value)
+
+
+def held_at(
+    gate: asyncio.Event, real: Callable[[Any], Awaitable[T]], writes: list[asyncio.Future[T]]
+) -> Callable[[Any], Awaitable[T]]:
+    """A store method that waits for `gate`, then calls `real`, and completes even when its
+    caller is cancelled meanwhile (as a statement the database has received does; SQLite's
+    thread does exactly this). Each call's inner write is put in `writes`."""
+
+    async def in_flight(arg: Any) -> T:
+        async def write() -> T:
+            await gate.wait()
+            return await real(arg)
+
+        inner = asyncio.ensure_future(write())
+        writes.append(inner)
+        return await asyncio.shield(inner)
+
+    return in_flight
