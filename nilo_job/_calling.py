@@ -67,6 +67,18 @@ class Grouped(Generic[T, R]):
         self.busy = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[None] | None = None
+        self.flying: list[T] = []  # the items of the write in flight
+
+    def submit(self, item: T) -> asyncio.Future[R]:
+        """(detached) Queue `item` for the next group; the future is its answer, and the item
+        is written whatever happens to whoever awaits it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        self.pending.append((item, future))
+        if not self.busy:
+            self.busy, self.loop = True, loop
+            self._next(loop)
+        return future
 
     async def __call__(self, item: T) -> R:
         loop = asyncio.get_running_loop()
@@ -74,19 +86,25 @@ class Grouped(Generic[T, R]):
             # In flight on another event loop (the sync face's, a closed one): not ours to join.
             (answer,) = await self.write([item])
             return answer
-        if self.busy or self.detached:
+        if self.detached or self.busy:
+            if self.detached or not self.busy:
+                return await self.submit(item)
             future: asyncio.Future[R] = loop.create_future()
             self.pending.append((item, future))
-            if not self.busy:
-                self.busy, self.loop = True, loop
-                self._next(loop)
             return await future
         self.busy, self.loop = True, loop
+        self.flying = [item]
         try:
             (answer,) = await self.write([item])
             return answer
         finally:
+            self.flying = []
             self._next(loop)
+
+    def in_flight(self, item: T) -> bool:
+        """Whether `item` is part of the write in flight (sent, or about to be): its caller may
+        no longer take it back."""
+        return any(flying is item for flying in self.flying)
 
     def _next(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.pending:
@@ -107,20 +125,27 @@ class Grouped(Generic[T, R]):
             self.busy = False
 
     async def _write_group(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
+        items = [item for item, _ in group]
+        self.flying = items
         try:
-            answers = await self.write([item for item, _ in group])
+            answers = await self.write(items)
         except StoreUnavailable as error:
             _settle_all(group, error)
+            return
         except Exception as error:
             if len(group) == 1:
                 _settle_all(group, error)
-            else:
-                for one in group:
-                    await self._write_group([one])
-        else:
-            for (_, future), answer in zip(group, answers, strict=True):
-                if not future.done():
-                    future.set_result(answer)
+                return
+            answers = None
+        finally:
+            self.flying = []
+        if answers is None:  # the group failed: each of its items alone
+            for one in group:
+                await self._write_group([one])
+            return
+        for (_, future), answer in zip(group, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
 
     async def idle(self) -> None:
         """Until the groups waiting when called are written."""

@@ -138,6 +138,7 @@ class Jobs:
         self._serve_task: asyncio.Task[None] | None = None
         self._feed: _Feed | None = None
         self._handing_back: set[asyncio.Task[bool | None]] = set()  # pushed rows given back
+        self._recording: set[asyncio.Task[None]] = set()  # ends written after a stop's cancel
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self._busy: dict[int, Execution] = {}
         self._progress: dict[int, int] = {}
@@ -295,34 +296,62 @@ class Jobs:
             if within is not None:
                 await within.delete(mark)
             raise
-        if row_id is not None:
-            await self._put_status(row_id, State.QUEUED, 0)
+        if row_id is None:
+            return None
+        try:
+            await self._put_status(row_id, State.QUEUED, 0)  # before the run's own statuses
+        finally:
             if feed is None:
                 self.wake()
+            else:
+                self._hand_over(feed, kind, row, row_id, claimed_at)
+        if self._handing_back:  # serve stopped meanwhile: its row is being queued again
+            await asyncio.wait(set(self._handing_back))
         return row_id
 
     async def _push_claimed(
         self, feed: _Feed, kind: Kind, row: NewRow, claimed_at: int
     ) -> int | None:
-        """Push `row`, inserted already claimed, and hand it to `feed`'s idle worker.
+        """Push `row`, inserted already claimed for `feed`'s idle worker; the caller hands it
+        over (`_hand_over`) once it has written the row's status.
 
         Meanwhile that worker is promised the row, so that the claim loop does not claim for it
-        too. The write is shielded: a push cancelled after its INSERT reached the store still
-        hands its row over (or gives it back, if serve stopped), never leaving it running and
-        unrun for a lease.
+        too. A push cancelled before its row was sent writes nothing; one cancelled after lets
+        the write finish and hands the row over itself, never leaving it running and unrun for
+        a lease.
         """
         feed.promised += 1
         write = asyncio.ensure_future(self._push_one(row))
-        write.add_done_callback(functools.partial(self._hand_over, feed, kind, row, claimed_at))
         try:
-            row_id = await asyncio.shield(write)
+            return await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if not write.done() and not self._push_one.in_flight(row):
+                write.cancel()  # not sent: nothing is written (a group drops it)
+            else:
+                write.add_done_callback(
+                    functools.partial(self._hand_over_written, feed, kind, row, claimed_at)
+                )
+            raise
         finally:
             feed.promised -= 1
             if not write.done() or write.cancelled() or write.exception() is not None:
                 self.wake()  # the promised worker is idle still: the claim loop claims for it
-        if self._handing_back:  # serve stopped meanwhile: the row is being queued again
-            await asyncio.wait(set(self._handing_back))
-        return row_id
+
+    def _hand_over_written(
+        self,
+        feed: _Feed,
+        kind: Kind,
+        row: NewRow,
+        claimed_at: int,
+        write: asyncio.Future[int | None],
+    ) -> None:
+        """`_hand_over` for a push whose caller was cancelled while its row was written."""
+        if not write.cancelled() and write.exception() is None:
+            row_id = write.result()
+            if row_id is not None:
+                self._hand_over(feed, kind, row, row_id, claimed_at)
+            else:
+                self.wake()  # its key was taken: the promised worker is idle still
 
     def _idle_feed(self, row: NewRow) -> _Feed | None:
         """serve's feed, when `row` is due now and a worker of serve is idle on this event loop
@@ -336,21 +365,10 @@ class Jobs:
         return feed if row.run_at <= self._clock() else None
 
     def _hand_over(
-        self,
-        feed: _Feed,
-        kind: Kind,
-        row: NewRow,
-        claimed_at: int,
-        write: asyncio.Future[int | None],
+        self, feed: _Feed, kind: Kind, row: NewRow, row_id: int, claimed_at: int
     ) -> None:
-        """Once the push of `row` (claimed for `feed`) is written, give the row to serve's
-        workers; if serve has stopped meanwhile, queue it again unrun."""
-        if write.cancelled() or write.exception() is not None:
-            return
-        row_id = write.result()
-        if row_id is None:
-            self.wake()  # its key was taken: the promised worker is idle still
-            return
+        """Give the row a push claimed for `feed` to serve's workers; if serve has stopped
+        meanwhile, queue it again unrun (in a task of its own, awaited by nobody but tracked)."""
         claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
         if not feed.closed:
             feed.put([claimed], claimed_at)
@@ -819,11 +837,21 @@ class Jobs:
                 await execution.wait()
         return True
 
-    async def _write_end(self, kind: Kind, row: Claimed, end: End) -> bool | None:
+    async def _write_end(
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        late: Callable[[asyncio.Future[bool]], None] | None = None,
+    ) -> bool | None:
         """`store.finish([end])`, tried again while the store is unreachable, for as long as the
         row's lease lasts: past it another worker may take the row, and this end no longer
         matters. None when it could not be written (the row is then taken again after its
-        lease: at least once)."""
+        lease: at least once).
+
+        Under serve the end goes to its batcher, which writes it even if this task is cancelled
+        meanwhile (a stop past the grace); `late` is then called with the answer's future.
+        """
         deadline = time.monotonic() + self.lease_ms / 1_000
         pause = 0.05
         while True:
@@ -832,7 +860,13 @@ class Jobs:
                 if batcher is None:
                     (applied,) = await self.store.finish([end])
                 else:
-                    applied = await batcher(end)
+                    answer = batcher.submit(end)
+                    try:
+                        applied = await asyncio.shield(answer)
+                    except asyncio.CancelledError:
+                        if late is not None:
+                            answer.add_done_callback(late)
+                        raise
             except StoreUnavailable as error:
                 if time.monotonic() + pause > deadline:
                     log.error(
@@ -853,7 +887,39 @@ class Jobs:
     async def _end(
         self, kind: Kind, row: Claimed, end: End, seconds: float = 0.0, *, dropped: bool = False
     ) -> None:
-        applied = await self._write_end(kind, row, end)
+        """Write `end`, then tell the observers, the log and the status Space how it went."""
+        late = functools.partial(self._recorded_late, kind, row, end, seconds, dropped)
+        applied = await self._write_end(kind, row, end, late)
+        await self._record_end(kind, row, end, seconds, dropped, applied)
+
+    def _recorded_late(
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float,
+        dropped: bool,
+        answer: asyncio.Future[bool],
+    ) -> None:
+        """An end written after its row's task was cancelled: record it in a task of its own
+        (which serve's stop waits for)."""
+        if answer.cancelled() or answer.exception() is not None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._record_end(kind, row, end, seconds, dropped, answer.result())
+        )
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record_end(
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float,
+        dropped: bool,
+        applied: bool | None,
+    ) -> None:
         fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
         if applied is None:
             return
@@ -1058,7 +1124,8 @@ class Jobs:
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 rows = await claim
-                await self.store.finish([_released(row) for row in rows])
+                if rows:
+                    await self.store.finish([_released(row) for row in rows])
             raise
         if self._observers:
             self._claimed(rows, now, began)
@@ -1098,6 +1165,8 @@ class Jobs:
         if self._batcher is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._batcher.idle())
+        if self._recording:  # the observers and status of ends written just now
+            await asyncio.wait(set(self._recording))
         if interrupted:
             raise asyncio.CancelledError
 

@@ -358,3 +358,250 @@ async def test_a_grouped_push_is_written_in_no_other_pushs_context(store: Store)
     # B's row went in the group after A's: whatever context it is written in, it is not A's.
     (b_write,) = [ctx for payloads, ctx in seen if b'{"n":2}' in payloads]
     assert "request A" not in b_write, f"push B's write ran in {b_write!r}"
+
+
+class Ends:
+    """An observer that records `ended`."""
+
+    def __init__(self) -> None:
+        self.ended_calls: list[tuple[str, str]] = []
+
+    def pushing(self, kind: str) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        return None
+
+    def claimed(self, rows: object, now_us: int, seconds: float) -> None:
+        return None
+
+    def running(self, kind: str, tick: object) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def ended(self, kind: str, outcome: str, error: str | None, seconds: float) -> None:
+        self.ended_calls.append((kind, outcome))
+
+
+# ------------------------------------------------------------------------------------------
+# 7. A push that hands its row straight to an idle worker writes the row's "queued" status
+#    before the hand-over, so a slow status write never lands after the run's "done".
+
+
+class QueuedIsSlow(job.MemorySpace):
+    """The "queued" write takes a few turns of the loop (a Redis pool, one slow connection),
+    in which a run handed over too early would write "running" and "done" first."""
+
+    def __init__(self) -> None:
+        super().__init__(ttl_s=60)
+        self.done = asyncio.Event()
+
+    async def put(self, key: str, value: bytes) -> None:
+        state = msgspec.json.decode(value)["state"]
+        if state == "queued":
+            for _ in range(50):
+                await asyncio.sleep(0)
+        await super().put(key, value)
+        if state == "done":
+            self.done.set()
+
+
+async def test_a_claimed_pushs_queued_status_never_lands_after_its_run_ended(
+    store: Store,
+) -> None:
+    _ran.clear()
+    space = QueuedIsSlow()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000, status=space)
+    async with jobs.serving(grace_ms=5_000):
+        await until_idle(jobs)
+        async with asyncio.timeout(10):
+            row_id = await jobs.push(Quick(1))  # claimed for the idle worker
+            await space.done.wait()
+    assert _ran == [1]
+    status = await jobs.status(row_id)
+    assert status is not None
+    assert status.state == job.State.DONE, f"a finished row reads {status.state}"
+
+
+# ------------------------------------------------------------------------------------------
+# 8. An end written after its row's task was cancelled (a stop past the grace) still reaches
+#    the observers and the status Space: serve's stop waits for that bookkeeping too.
+
+
+async def test_an_end_written_past_the_grace_reaches_observers_and_status(
+    store: Store,
+) -> None:
+    _ran.clear()
+    space = job.MemorySpace(ttl_s=60)
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=2, poll_ms=60_000, status=space)
+    seen = Ends()
+    jobs.observe(seen)
+    real = store.finish
+    gate = asyncio.Event()
+    writes: list[asyncio.Future[list[bool]]] = []
+    held = held_at(gate, real, writes)
+
+    async def finish(ends: Sequence[End]) -> list[bool]:
+        # Only the ends are held (a claim cancelled by the stop gives back [] through finish).
+        return await (held(ends) if ends else real(ends))
+
+    store.finish = finish  # type: ignore[method-assign]
+    ids = await jobs.push_many([Quick(1), Quick(2)])
+    serving = asyncio.create_task(jobs.serve(grace_ms=0))
+    async with asyncio.timeout(10):
+        while not (writes and len(_ran) == 2):  # noqa: ASYNC110 (turns of the loop, bounded)
+            await asyncio.sleep(0)
+    feed = jobs._feed
+    assert feed is not None
+    stopping = asyncio.create_task(_stop(serving))
+    async with asyncio.timeout(10):
+        # Past the grace: the rows' tasks (waiting on the held write) are cancelled.
+        while feed.tasks:  # noqa: ASYNC110 (turns of the loop, bounded)
+            await asyncio.sleep(0)
+    gate.set()
+    async with asyncio.timeout(10):
+        await stopping
+        await asyncio.gather(*writes)
+    assert await jobs.stats() == (0, 0, 0)  # both ends were written (fix 1 holds)
+    states = [(await jobs.status(row_id)) for row_id in ids]
+    assert [s.state if s else None for s in states] == [job.State.DONE] * 2, states
+    assert sorted(seen.ended_calls) == [("quick", "done")] * 2
+
+
+# ------------------------------------------------------------------------------------------
+# 9. A push claimed for an idle worker and cancelled while its row still waits for a group
+#    (nothing sent) writes nothing, like any push cancelled then.
+
+
+async def test_a_claimed_push_cancelled_before_its_group_was_sent_writes_nothing(
+    store: Store,
+) -> None:
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    real = store.push
+    gate = asyncio.Event()
+    writes: list[asyncio.Future[list[int | None]]] = []
+    store.push = held_at(gate, real, writes)  # type: ignore[method-assign]
+    async with jobs.serving(grace_ms=5_000):
+        await until_idle(jobs)
+        # A: due later, so not claimed; it is the write in flight.
+        first = asyncio.create_task(jobs.push(Quick(1), after_ms=600_000))
+        async with asyncio.timeout(10):
+            while not writes:  # noqa: ASYNC110 (turns of the loop, bounded)
+                await asyncio.sleep(0)
+        # B: due now, a worker idle: claimed; it waits for A's write to go in the next group.
+        second = asyncio.create_task(jobs.push(Quick(2)))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert jobs._push_one.pending, "B should wait in the group"
+        second.cancel()  # B's caller gives up before B's group is sent
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(10):
+                await second
+        gate.set()
+        async with asyncio.timeout(10):
+            await first
+            await jobs._push_one.idle()
+            await asyncio.gather(*writes)
+    assert len(writes) == 1, "B's row was written although B was cancelled before its group went"
+    assert 2 not in _ran
+
+
+# ------------------------------------------------------------------------------------------
+# 10. More of the same kind: a prompt stop while every end fails, a claimed push cancelled as
+#     serve stops, drain's ends written in the caller's task, pushes grouping again on a loop
+#     after the sync face used another.
+
+
+async def test_stop_is_prompt_when_the_store_fails_every_end(store: Store) -> None:
+    """idle() waits on the batcher's one try, not on _write_end's retries (those live in the
+    cancelled row tasks): a down store does not hang a stop past its grace."""
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    real = store.finish
+    tried = asyncio.Event()
+
+    async def down(ends: Sequence[End]) -> list[bool]:
+        if any(end.__class__.__name__ == "Done" for end in ends):
+            tried.set()
+            raise job.StoreUnavailable("down")
+        return await real(ends)
+
+    store.finish = down  # type: ignore[method-assign]
+    await jobs.push(Quick(1))
+    serving = asyncio.create_task(jobs.serve(grace_ms=0))
+    async with asyncio.timeout(10):
+        await tried.wait()
+    await _stop(serving)  # bounded at 10 s inside
+    assert (await jobs.stats()).running == 1  # left to its lease (at least once)
+
+
+async def test_a_claimed_push_cancelled_as_serve_stops_is_given_back(store: Store) -> None:
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    real = store.push
+    gate = asyncio.Event()
+    writes: list[asyncio.Future[list[int | None]]] = []
+    store.push = held_at(gate, real, writes)  # type: ignore[method-assign]
+    serving = asyncio.create_task(jobs.serve(grace_ms=5_000))
+    await until_idle(jobs)
+    pushing = asyncio.create_task(jobs.push(Quick(1)))
+    async with asyncio.timeout(10):
+        while not writes:  # noqa: ASYNC110 (turns of the loop, bounded)
+            await asyncio.sleep(0)
+    await _stop(serving)
+    pushing.cancel()
+    gate.set()
+    async with asyncio.timeout(10):
+        with pytest.raises(asyncio.CancelledError):
+            await pushing
+        await writes[0]
+        # The hand-over runs as the write's done-callback, then a task gives the row back.
+        while (await jobs.stats()).running:  # noqa: ASYNC110 (turns of the loop, bounded)
+            await asyncio.sleep(0)
+    assert _ran == []
+    assert await jobs.stats() == (1, 0, 0)
+
+
+async def test_drain_writes_ends_with_no_batcher_in_the_callers_task(store: Store) -> None:
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store)
+    seen = Ends()
+    jobs.observe(seen)
+    real = store.finish
+    where: list[asyncio.Task[object] | None] = []
+
+    async def finish(ends: Sequence[End]) -> list[bool]:
+        where.append(asyncio.current_task())
+        return await real(ends)
+
+    store.finish = finish  # type: ignore[method-assign]
+    await jobs.push_many([Quick(1), Quick(2)])
+    async with asyncio.timeout(10):
+        assert await jobs.drain() == 2
+    assert where == [asyncio.current_task()] * 2
+    assert seen.ended_calls == [("quick", "done")] * 2
+
+
+async def test_pushes_group_again_on_a_loop_after_the_sync_face_used_another(
+    tmp_path: object,
+) -> None:
+    # Memory only: a PostgreSQL Table's pool belongs to the loop it was opened on.
+    store = job.Memory(bytes=1 << 20)
+    jobs = job.Jobs(kinds=[Quick], store=store)
+    # The bridge's loop, in its thread (this test's loop is not serving).
+    first = await asyncio.to_thread(jobs.sync.push, Quick(0))
+    assert isinstance(first, int)
+    assert not jobs._push_one.busy
+    calls: list[int] = []
+    real = store.push
+
+    async def counting(rows: Sequence[NewRow]) -> list[int | None]:
+        calls.append(len(rows))
+        await asyncio.sleep(0)
+        return await real(rows)
+
+    store.push = counting  # type: ignore[method-assign]
+    async with asyncio.timeout(10):
+        ids = await asyncio.gather(*(jobs.push(Quick(n)) for n in range(10)))
+    assert None not in ids
+    assert len(calls) < 10
