@@ -63,18 +63,19 @@ class Grouped(Generic[T, R]):
     ) -> None:
         self.write = write
         self.detached = detached
-        self.pending: list[tuple[T, asyncio.Future[R]]] = []
+        self.pending: list[tuple[T, asyncio.Future[R], Callable[[R], None] | None]] = []
         self.busy = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[None] | None = None
         self.flying: list[T] = []  # the items of the write in flight
 
-    def submit(self, item: T) -> asyncio.Future[R]:
+    def submit(self, item: T, late: Callable[[R], None] | None = None) -> asyncio.Future[R]:
         """(detached) Queue `item` for the next group; the future is its answer, and the item
-        is written whatever happens to whoever awaits it."""
+        is written whatever happens to whoever awaits it: if the future was cancelled by then,
+        `late(answer)` is called instead."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self.pending.append((item, future))
+        self.pending.append((item, future, late))
         if not self.busy:
             self.busy, self.loop = True, loop
             self._next(loop)
@@ -90,7 +91,7 @@ class Grouped(Generic[T, R]):
             if self.detached or not self.busy:
                 return await self.submit(item)
             future: asyncio.Future[R] = loop.create_future()
-            self.pending.append((item, future))
+            self.pending.append((item, future, None))
             return await future
         self.busy, self.loop = True, loop
         self.flying = [item]
@@ -118,14 +119,16 @@ class Grouped(Generic[T, R]):
                 group = self.pending[: self.MOST]
                 del self.pending[: self.MOST]
                 if not self.detached:  # a push whose caller gave up before it was sent
-                    group = [(item, future) for item, future in group if not future.done()]
+                    group = [entry for entry in group if not entry[1].done()]
                 if group:
                     await self._write_group(group)
         finally:
             self.busy = False
 
-    async def _write_group(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
-        items = [item for item, _ in group]
+    async def _write_group(
+        self, group: list[tuple[T, asyncio.Future[R], Callable[[R], None] | None]]
+    ) -> None:
+        items = [item for item, _, _ in group]
         self.flying = items
         try:
             answers = await self.write(items)
@@ -143,9 +146,11 @@ class Grouped(Generic[T, R]):
             for one in group:
                 await self._write_group([one])
             return
-        for (_, future), answer in zip(group, answers, strict=True):
+        for (_, future, late), answer in zip(group, answers, strict=True):
             if not future.done():
                 future.set_result(answer)
+            elif late is not None:
+                late(answer)
 
     async def idle(self) -> None:
         """Until the groups waiting when called are written."""
@@ -153,8 +158,10 @@ class Grouped(Generic[T, R]):
             await asyncio.shield(self.task)
 
 
-def _settle_all(group: Sequence[tuple[object, asyncio.Future[Any]]], error: Exception) -> None:
-    for _, future in group:
+def _settle_all(
+    group: Sequence[tuple[object, asyncio.Future[Any], object]], error: Exception
+) -> None:
+    for _, future, _late in group:
         if not future.done():
             future.set_exception(error)
 

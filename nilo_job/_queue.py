@@ -842,7 +842,7 @@ class Jobs:
         kind: Kind,
         row: Claimed,
         end: End,
-        late: Callable[[asyncio.Future[bool]], None] | None = None,
+        late: Callable[[bool], None] | None = None,
     ) -> bool | None:
         """`store.finish([end])`, tried again while the store is unreachable, for as long as the
         row's lease lasts: past it another worker may take the row, and this end no longer
@@ -850,7 +850,7 @@ class Jobs:
         lease: at least once).
 
         Under serve the end goes to its batcher, which writes it even if this task is cancelled
-        meanwhile (a stop past the grace); `late` is then called with the answer's future.
+        meanwhile (a stop past the grace); `late` is then called with its answer.
         """
         deadline = time.monotonic() + self.lease_ms / 1_000
         pause = 0.05
@@ -860,13 +860,7 @@ class Jobs:
                 if batcher is None:
                     (applied,) = await self.store.finish([end])
                 else:
-                    answer = batcher.submit(end)
-                    try:
-                        applied = await asyncio.shield(answer)
-                    except asyncio.CancelledError:
-                        if late is not None:
-                            answer.add_done_callback(late)
-                        raise
+                    applied = await batcher.submit(end, late)
             except StoreUnavailable as error:
                 if time.monotonic() + pause > deadline:
                     log.error(
@@ -899,14 +893,12 @@ class Jobs:
         end: End,
         seconds: float,
         dropped: bool,
-        answer: asyncio.Future[bool],
+        applied: bool,
     ) -> None:
         """An end written after its row's task was cancelled: record it in a task of its own
         (which serve's stop waits for)."""
-        if answer.cancelled() or answer.exception() is not None:
-            return
         task = asyncio.get_running_loop().create_task(
-            self._record_end(kind, row, end, seconds, dropped, answer.result())
+            self._record_end(kind, row, end, seconds, dropped, applied)
         )
         self._recording.add(task)
         task.add_done_callback(self._recording.discard)
