@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -68,6 +69,20 @@ class Grouped(Generic[T, R]):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[None] | None = None
         self.flying: list[T] = []  # the items of the write in flight
+        self.lone: list[T] = []  # items written alone, for another loop than the owner
+        # One event loop owns the group at a time (busy, on `loop`); a call from another loop's
+        # thread (the sync face's and an application's own) writes alone instead. The lock makes
+        # taking and giving up that ownership atomic across threads.
+        self.lock = threading.Lock()
+
+    def _own(self, loop: asyncio.AbstractEventLoop) -> bool | None:
+        """Take the group for `loop`: True if it was free (now ours), False if `loop` already
+        owns it, None if another loop does."""
+        with self.lock:
+            if not self.busy:
+                self.busy, self.loop = True, loop
+                return True
+            return False if self.loop is loop else None
 
     def submit(self, item: T, late: Callable[[R], None] | None = None) -> asyncio.Future[R]:
         """(detached) Queue `item` for the next group; the future is its answer, and the item
@@ -75,25 +90,41 @@ class Grouped(Generic[T, R]):
         `late(answer)` is called instead."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
+        owned = self._own(loop)
+        if owned is None:  # another loop's: written alone, in a task of this loop
+            task = loop.create_task(self._alone(item), context=contextvars.Context())
+            task.add_done_callback(functools.partial(_copy_outcome, future, late))
+            return future
         self.pending.append((item, future, late))
-        if not self.busy:
-            self.busy, self.loop = True, loop
+        if owned:
             self._next(loop)
         return future
 
-    async def __call__(self, item: T) -> R:
-        loop = asyncio.get_running_loop()
-        if self.busy and self.loop is not loop:
-            # In flight on another event loop (the sync face's, a closed one): not ours to join.
+    async def _alone(self, item: T) -> R:
+        with self.lock:
+            self.lone.append(item)
+        try:
             (answer,) = await self.write([item])
             return answer
-        if self.detached or self.busy:
-            if self.detached or not self.busy:
-                return await self.submit(item)
+        finally:
+            with self.lock:
+                for index, lone in enumerate(self.lone):
+                    if lone is item:
+                        del self.lone[index]
+                        break
+
+    async def __call__(self, item: T) -> R:
+        if self.detached:
+            return await self.submit(item)
+        loop = asyncio.get_running_loop()
+        owned = self._own(loop)
+        if owned is None:
+            # In flight on another event loop (the sync face's, a closed one): not ours to join.
+            return await self._alone(item)
+        if not owned:
             future: asyncio.Future[R] = loop.create_future()
             self.pending.append((item, future, None))
             return await future
-        self.busy, self.loop = True, loop
         self.flying = [item]
         try:
             (answer,) = await self.write([item])
@@ -105,13 +136,15 @@ class Grouped(Generic[T, R]):
     def in_flight(self, item: T) -> bool:
         """Whether `item` is part of the write in flight (sent, or about to be): its caller may
         no longer take it back."""
-        return any(flying is item for flying in self.flying)
+        with self.lock:
+            return any(sent is item for sent in (*self.flying, *self.lone))
 
     def _next(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.pending:
             self.task = loop.create_task(self._drain(), context=contextvars.Context())
         else:
-            self.busy = False
+            with self.lock:
+                self.busy = False
 
     async def _drain(self) -> None:
         try:
@@ -123,7 +156,8 @@ class Grouped(Generic[T, R]):
                 if group:
                     await self._write_group(group)
         finally:
-            self.busy = False
+            with self.lock:
+                self.busy = False
 
     async def _write_group(
         self, group: list[tuple[T, asyncio.Future[R], Callable[[R], None] | None]]
@@ -156,6 +190,21 @@ class Grouped(Generic[T, R]):
         """Until the groups waiting when called are written."""
         while self.task is not None and not self.task.done():
             await asyncio.shield(self.task)
+
+
+def _copy_outcome(
+    future: asyncio.Future[Any], late: Callable[[Any], None] | None, task: asyncio.Task[Any]
+) -> None:
+    """Give `task`'s outcome to `future` (or to `late`, if the future was cancelled)."""
+    if task.cancelled():
+        future.cancel()
+    elif (error := task.exception()) is not None:
+        if not future.done():
+            future.set_exception(error)
+    elif not future.done():
+        future.set_result(task.result())
+    elif late is not None:
+        late(task.result())
 
 
 def _settle_all(

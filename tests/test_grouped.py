@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +135,39 @@ async def test_a_push_cancelled_before_its_group_is_sent_writes_nothing() -> Non
         await waiting
     payloads = sorted(row.payload for row in await store.rows("queued", 10))
     assert payloads == [b'{"to":"first@example.com"}', b'{"to":"kept@example.com"}']
+
+
+def test_two_event_loops_pushing_through_one_queue_at_once_lose_nothing(tmp_path: Path) -> None:
+    # The sync face's loop thread and an application's own loop may push through one Jobs at
+    # the same moment: each push must get its own row, and none may touch the other loop's
+    # futures.
+    store = job.Table(f"sqlite:///{tmp_path / 'two.db'}")
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    errors: list[BaseException] = []
+    ids: list[int | None] = []
+    lock = threading.Lock()
+
+    def pushing(first: int) -> None:
+        async def many() -> None:
+            got = await asyncio.gather(
+                *(jobs.push(Mail(f"{n}@example.com")) for n in range(first, first + 200))
+            )
+            with lock:
+                ids.extend(got)
+
+        try:
+            asyncio.run(many())
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    asyncio.run(store.create_missing())
+    threads = [threading.Thread(target=pushing, args=(k * 1_000,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len(ids) == 600
+    assert None not in ids
+    assert len(set(ids)) == 600
+    assert asyncio.run(jobs.stats()).queued == 600
