@@ -15,7 +15,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, overload
 
@@ -137,8 +137,8 @@ class Jobs:
         self._wakeup: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
         self._feed: _Feed | None = None
-        self._handing_back: set[asyncio.Task[bool | None]] = set()  # pushed rows given back
-        self._recording: set[asyncio.Task[None]] = set()  # ends written after a stop's cancel
+        # Writes serve's stop left to finish: pushed rows given back, ends recorded late.
+        self._background: set[asyncio.Task[Any]] = set()
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self._busy: dict[int, Execution] = {}
         self._progress: dict[int, int] = {}
@@ -282,7 +282,7 @@ class Jobs:
         if within is not None and not await within.add(mark, b"1"):
             return None
         feed = self._idle_feed(row)
-        claimed_at = self._clock()
+        claimed_at = self._clock() if feed is not None else 0
         if feed is not None:  # a worker of this process is idle: the row is claimed for it
             row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
         try:
@@ -305,8 +305,8 @@ class Jobs:
                 self.wake()
             else:
                 self._hand_over(feed, kind, row, row_id, claimed_at)
-        if self._handing_back:  # serve stopped meanwhile: its row is being queued again
-            await asyncio.wait(set(self._handing_back))
+        if self._background:  # serve stopped meanwhile: its row is being queued again
+            await asyncio.wait(set(self._background))
         return row_id
 
     async def _push_claimed(
@@ -368,16 +368,18 @@ class Jobs:
         self, feed: _Feed, kind: Kind, row: NewRow, row_id: int, claimed_at: int
     ) -> None:
         """Give the row a push claimed for `feed` to serve's workers; if serve has stopped
-        meanwhile, queue it again unrun (in a task of its own, awaited by nobody but tracked)."""
+        meanwhile, queue it again unrun."""
         claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
         if not feed.closed:
             feed.put([claimed], claimed_at)
             return
-        task = asyncio.get_running_loop().create_task(
-            self._write_end(kind, claimed, _released(claimed))
-        )
-        self._handing_back.add(task)
-        task.add_done_callback(self._handing_back.discard)
+        self._in_background(self._write_end(kind, claimed, _released(claimed)))
+
+    def _in_background(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run `work` in a task that serve's stop and later pushes wait for."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def push_many(
         self,
@@ -897,11 +899,7 @@ class Jobs:
     ) -> None:
         """An end written after its row's task was cancelled: record it in a task of its own
         (which serve's stop waits for)."""
-        task = asyncio.get_running_loop().create_task(
-            self._record_end(kind, row, end, seconds, dropped, applied)
-        )
-        self._recording.add(task)
-        task.add_done_callback(self._recording.discard)
+        self._in_background(self._record_end(kind, row, end, seconds, dropped, applied))
 
     async def _record_end(
         self,
@@ -973,7 +971,7 @@ class Jobs:
         self._serve_pid = os.getpid()
         self._wakeup = asyncio.Event()
         self._serve_task = asyncio.current_task()
-        feed = self._feed = _Feed()
+        feed = self._feed = _Feed(self._wakeup)
         self._batcher = Grouped(self._finish_ends, detached=True)
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         watching = asyncio.create_task(self.store.watch(self.wake))
@@ -1015,7 +1013,6 @@ class Jobs:
         """
         assert self._wakeup is not None
         wakeup = self._wakeup
-        feed.want = wakeup
         poll_s = self.poll_ms / 1_000
         while True:
             wakeup.clear()
@@ -1156,9 +1153,9 @@ class Jobs:
         await self._release(feed)  # a row a cancelled worker had just been handed
         if self._batcher is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._batcher.idle())
-        if self._recording:  # the observers and status of ends written just now
-            await asyncio.wait(set(self._recording))
+                await self._batcher.idle()  # it shields the write itself
+        if self._background:  # the observers and status of ends written just now
+            await asyncio.wait(set(self._background))
         if interrupted:
             raise asyncio.CancelledError
 
@@ -1201,12 +1198,12 @@ class _Feed:
     set when a worker finds nothing, or leaves `low` rows or fewer behind it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, want: asyncio.Event) -> None:
         self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
         self.idle: collections.deque[asyncio.Future[tuple[Claimed, int] | None]] = (
             collections.deque()
         )
-        self.want: asyncio.Event | None = None
+        self.want = want
         self.low = 0
         self.tasks: set[asyncio.Task[None]] = set()  # rows started and not yet ended
         self.promised = 0  # idle workers a push in flight is claiming a row for
@@ -1218,15 +1215,14 @@ class _Feed:
             return None
         if self.rows:
             taken = self.rows.popleft()
-            if len(self.rows) <= self.low and self.want is not None:
+            if len(self.rows) <= self.low:
                 self.want.set()
             return taken
         waiter: asyncio.Future[tuple[Claimed, int] | None] = (
             asyncio.get_running_loop().create_future()
         )
         self.idle.append(waiter)
-        if self.want is not None:
-            self.want.set()
+        self.want.set()
         try:
             return await waiter
         except asyncio.CancelledError:
