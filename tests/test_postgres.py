@@ -4,6 +4,7 @@ database's clock, and RedisSpace. The contract itself runs on PostgreSQL in test
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 import nilo_job as job
 
@@ -162,6 +164,66 @@ async def test_a_key_pushed_in_a_rolled_back_transaction_is_free_for_the_next_pu
         await conn.rollback()
     assert await jobs.push(Welcome(1), unique="k") is not None
     assert await jobs.push(Welcome(1), unique="k") is None
+
+
+# -------------------------------------------------------------- the push connection
+
+
+def _pushed_ids(pg_url: str) -> list[int]:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT payload->>'user_id' FROM nilo_jobs ORDER BY id").fetchall()
+    return [int(row[0]) for row in rows]
+
+
+async def test_pushes_recover_by_themselves_after_the_server_cuts_the_connections(
+    jobs: job.Jobs, pg_url: str
+) -> None:
+    assert await jobs.push(Welcome(1)) is not None
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    written = [1]
+    for user_id in range(2, 6):
+        try:
+            await jobs.push(Welcome(user_id))
+        except job.StoreUnavailable:
+            continue  # a push on a cut connection fails with a store error and writes nothing
+        written.append(user_id)
+    assert written[-3:] == [3, 4, 5]  # the store needed one failure at most to notice the cut
+    assert _pushed_ids(pg_url) == written
+
+
+async def test_a_push_cancelled_while_its_insert_waits_leaves_the_next_push_working(
+    jobs: job.Jobs, pg_url: str
+) -> None:
+    assert await jobs.push(Welcome(1)) is not None
+    async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+        await blocker.execute("LOCK TABLE nilo_jobs IN EXCLUSIVE MODE")
+        stuck = asyncio.create_task(jobs.push(Welcome(2)))
+        await asyncio.sleep(0.3)  # real concurrency: the INSERT waits on the lock
+        assert not stuck.done()
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        await blocker.rollback()
+    async with asyncio.timeout(10):
+        assert await jobs.push(Welcome(3)) is not None
+    assert _pushed_ids(pg_url) in ([1, 3], [1, 2, 3])  # the server may finish what was sent
+
+
+async def test_the_store_keeps_no_connection_of_an_applications_pool(pg_url: str) -> None:
+    async with AsyncConnectionPool(
+        pg_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+    ) as pool:
+        queue = job.Jobs(kinds=[Welcome], store=job.Table(pool))
+        await queue.store.create_missing()
+        for user_id in range(3):
+            await queue.push(Welcome(user_id))
+        async with pool.connection(timeout=2) as conn:  # not kept out by the store
+            cur = await conn.execute("SELECT count(*) FROM nilo_jobs")
+            assert await cur.fetchone() == (3,)
 
 
 # --------------------------------------------------------------------------- concurrency
