@@ -12,6 +12,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import heapq
 import logging
 import os
 import time
@@ -37,6 +38,7 @@ log = logging.getLogger("nilo_job")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
 _CLOCK_EVERY_US = 60_000_000  # how often serve re-reads a store's own clock
+_DUE_KNOWN_MOST = 4_096  # later due times serve keeps a wake-up for; past that, the poll finds rows
 _AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
 _AHEAD_MAX = 8  # and at most this many rows per worker
 
@@ -137,6 +139,10 @@ class Jobs:
         self._wakeup: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
         self._feed: _Feed | None = None
+        # When rows this process knows of fall due later (µs, a heap): pushed with a delay, a
+        # retry's wait, a schedule's next tick, another process's NOTIFY. serve wakes for the
+        # earliest instead of waiting for its poll (see _wake_at).
+        self._due: list[int] = []
         # Writes serve's stop left to finish: pushed rows given back, ends recorded late.
         self._background: set[asyncio.Task[Any]] = set()
         # Rows this process holds, by id, until their execution (thread included) has ended.
@@ -302,7 +308,7 @@ class Jobs:
             await self._put_status(row_id, State.QUEUED, 0)  # before the run's own statuses
         finally:
             if feed is None:
-                self.wake()
+                self._wake_at(row.run_at)
             else:
                 self._hand_over(feed, kind, row, row_id, claimed_at)
         if self._background:  # serve stopped meanwhile: its row is being queued again
@@ -414,7 +420,7 @@ class Jobs:
         with self._pushing(rows[0].kind):
             ids = await self.store.push(rows)
             self._pushed(rows, ids)
-        self.wake()
+        self._wake_at(min(row.run_at for row in rows))
         return [row_id for row_id in ids if row_id is not None]
 
     async def push_in(
@@ -492,18 +498,58 @@ class Jobs:
 
         Safe to call from any thread, and a no-op when `serve` is not running.
         """
-        loop, wakeup = self._loop, self._wakeup
-        if loop is None or wakeup is None:
+        self._wake_at(None)
+
+    def _wake_at(self, run_at: int | None) -> None:
+        """Wake serve's claim loop for a row due at `run_at` (µs, this queue's clock; None for
+        now): at once when the row is due, else when it falls due, rather than at the next
+        poll. Safe to call from any thread; a no-op when serve is not running here.
+
+        A row due later comes from a push with a delay, a retry's wait, a schedule's next tick,
+        or another process's push (its NOTIFY carries the row's due time): that process's
+        clock may run a few milliseconds ahead of this one, and a row due "now" there is then
+        found here at that time, not a poll later.
+        """
+        loop = self._loop
+        if loop is None or self._serve_pid != os.getpid():
             return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            wakeup.set()
+            self._note_due(run_at)
             return
         with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
-            loop.call_soon_threadsafe(wakeup.set)
+            loop.call_soon_threadsafe(self._note_due, run_at)
+
+    def _note_due(self, run_at: int | None) -> None:
+        wakeup = self._wakeup
+        if wakeup is None:
+            return
+        if run_at is None or run_at <= self._clock():
+            wakeup.set()
+            return
+        due = self._due
+        earliest = not due or run_at < due[0]
+        if len(due) >= _DUE_KNOWN_MOST:
+            if not earliest and run_at >= max(due):
+                return  # the poll finds it
+            due[:] = heapq.nsmallest(_DUE_KNOWN_MOST // 2, due)
+        heapq.heappush(due, run_at)
+        if earliest:
+            wakeup.set()  # the claim loop sleeps until this earlier time instead
+
+    def _sleep_s(self, poll_s: float, claimed_at: int) -> float:
+        """How long the claim loop sleeps when nothing more is due: `poll_s`, or less when a
+        row this process knows of falls due sooner. Due times up to `claimed_at` (µs, the
+        reading the last claim used) were covered by that claim."""
+        due = self._due
+        while due and due[0] <= claimed_at:
+            heapq.heappop(due)
+        if not due:
+            return poll_s
+        return min(poll_s, max(0.0, (due[0] - self._clock()) / 1_000_000))
 
     # ------------------------------------------------------------------------- reading rows
 
@@ -641,6 +687,8 @@ class Jobs:
             with self._pushing(rows[0].kind):
                 ids = await self.store.push(rows)
                 self._pushed(rows, ids)
+            for row in rows:
+                self._wake_at(row.run_at)
 
     # ------------------------------------------------------------------------------ running
 
@@ -719,9 +767,9 @@ class Jobs:
                 return False
             if kind.overlap is Overlap.QUEUE:
                 # The next tick may start while this one runs: hand the key on now.
-                await self.store.hand_on(
-                    row.id, row.attempts, self._tick_row(kind, row.run_at, now)
-                )
+                next_tick = self._tick_row(kind, row.run_at, now)
+                if await self.store.hand_on(row.id, row.attempts, next_tick):
+                    self._wake_at(next_tick.run_at)
             else:
                 then = self._tick_row(kind, row.run_at, now)  # recomputed when the run ends
         try:
@@ -923,6 +971,10 @@ class Jobs:
                 kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
             )  # fmt: skip
             return
+        if isinstance(end, Retrying | Released):
+            self._wake_at(end.run_at)  # a retry's wait, or a row given back
+        if end.then is not None:
+            self._wake_at(end.then.run_at)  # a schedule's next tick
         progress = self._progress.pop(row.id, None)
         if isinstance(end, Done):
             await self._put_status(row.id, State.DONE, row.attempts, progress)
@@ -966,15 +1018,20 @@ class Jobs:
         await self.store.open()
         await self.store.check()
         await self._follow_store_clock()
-        await self.seed()
         self._loop = asyncio.get_running_loop()
         self._serve_pid = os.getpid()
         self._wakeup = asyncio.Event()
+        self._due = []
+        try:
+            await self.seed()  # its ticks' due times go to self._due
+        except BaseException:
+            self._loop = self._wakeup = None
+            raise
         self._serve_task = asyncio.current_task()
         feed = self._feed = _Feed(self._wakeup)
         self._batcher = Grouped(self._finish_ends, detached=True)
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
-        watching = asyncio.create_task(self.store.watch(self.wake))
+        watching = asyncio.create_task(self.store.watch(self._wake_at))
         log.info("serving %s with %d workers", ", ".join(self._names), self.workers)
         try:
             await self._claim_loop(feed)
@@ -1043,11 +1100,12 @@ class Jobs:
                 continue
             feed.put(rows, now)
             if len(rows) < limit:
-                # Nothing more is due now: sleep until a push, a worker asks, or the poll.
-                # (asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that
-                # arrives as the wait ends, and serve would not stop.)
+                # Nothing more is due now: sleep until a push, a worker asks, a row this
+                # process knows of falls due, or the poll. (asyncio.timeout, not wait_for: on
+                # 3.11 wait_for swallows a cancel that arrives as the wait ends, and serve
+                # would not stop.)
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(poll_s):
+                    async with asyncio.timeout(self._sleep_s(poll_s, now)):
                         await wakeup.wait()
 
     async def _worker(self, feed: _Feed) -> None:

@@ -1,9 +1,10 @@
-"""Helpers shared by the tests of serve: waiting for its workers to be idle, and a status Space
-that fails on demand."""
+"""Helpers shared by the tests of serve: waiting for its workers to be idle or for a condition,
+and a status Space that fails on demand."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,6 +21,15 @@ async def until_idle(jobs: job.Jobs) -> None:
             if feed is not None and len(feed.idle) == jobs.workers:
                 return
             await asyncio.sleep(0)
+
+
+async def until(what: str, check: Callable[[], bool], seconds: float = 20.0) -> None:
+    """Wait for `check()` to hold, looking every 10 ms, for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {seconds} s waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 class FailingSpace(job.MemorySpace):

@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
+from serving import until
 
 import nilo_job as job
 
@@ -224,6 +225,37 @@ async def test_the_store_keeps_no_connection_of_an_applications_pool(pg_url: str
         async with pool.connection(timeout=2) as conn:  # not kept out by the store
             cur = await conn.execute("SELECT count(*) FROM nilo_jobs")
             assert await cur.fetchone() == (3,)
+
+
+def _listening(pg_url: str) -> bool:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = 'LISTEN nilo_jobs'"
+        ).fetchone()
+    return found is not None and found[0] == 1
+
+
+async def test_a_row_another_queue_pushed_for_later_starts_when_due_not_at_the_next_poll(
+    pg_url: str,
+) -> None:
+    """The NOTIFY carries the row's due time: the serving queue wakes at that time. (A pusher
+    whose clock runs ahead of the worker's makes a row due "now" look like this one.)"""
+    ran.clear()
+    worker_table, pusher_table = job.Table(pg_url), job.Table(pg_url)
+    worker = job.Jobs(kinds=[Welcome], store=worker_table, poll_ms=60_000, workers=1)
+    pusher = job.Jobs(kinds=[Welcome], store=pusher_table)
+    try:
+        async with worker.serving(grace_ms=1_000):
+            await until("the worker to listen", lambda: _listening(pg_url))
+            pushed = job.now_us()
+            await pusher.push(Welcome(1), after_ms=300)
+            await until("the row to run, well inside the minute's poll", lambda: ran == [1])
+            started = job.now_us()
+    finally:
+        await worker_table.close()
+        await pusher_table.close()
+    assert started - pushed >= 300_000
 
 
 # --------------------------------------------------------------------------- concurrency

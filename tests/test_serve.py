@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 from collections.abc import Sequence
 
+import pytest
 from serving import FailingSpace, until_idle
 
 import nilo_job as job
@@ -232,3 +233,104 @@ async def test_a_row_claimed_by_a_push_as_serve_stops_is_queued_again_unrun(
     assert await jobs.stats() == (1, 0, 0)
     assert await jobs.drain_at(t) == 1
     assert _ran == [1]  # queued again unrun: its first run is still attempt one
+
+
+# ---------------------------------------------------------- rows that fall due later
+
+
+_started_at: dict[str, list[int]] = {}
+_arrived: dict[str, asyncio.Event] = {}
+
+
+def _mark(name: str) -> None:
+    _started_at.setdefault(name, []).append(job.now_us())
+    _arrived.setdefault(name, asyncio.Event()).set()
+
+
+async def _wait_mark(name: str, count: int = 1) -> None:
+    async with asyncio.timeout(20):  # the poll below is a minute: a wake-up, not the poll
+        while len(_started_at.get(name, [])) < count:
+            event = _arrived.setdefault(name, asyncio.Event())
+            event.clear()
+            await event.wait()
+
+
+@dataclasses.dataclass
+class Later:
+    nilo_job = "later"
+    retry = job.Retry.NONE
+
+    async def run(self) -> None:
+        _mark("later")
+
+
+@dataclasses.dataclass
+class Flaky:
+    nilo_job = "flaky"
+    retry = job.Retry(times=1, backoff=job.Exponential(from_ms=300, to_ms=300))
+
+    async def run(self) -> None:
+        _mark("flaky")
+        if len(_started_at["flaky"]) == 1:
+            raise RuntimeError("the first attempt fails")
+
+
+@dataclasses.dataclass
+class Ticking:
+    nilo_job = "ticking"
+    schedule = job.every(400)
+    retry = job.Retry.NONE
+    overlap = job.Overlap.SKIP  # the next tick is handed on with the end of this one
+    missed = job.Missed.CATCH_UP
+
+    async def run(self) -> None:
+        _mark("ticking")
+
+
+@dataclasses.dataclass
+class TickingQueued:
+    nilo_job = "ticking_queued"
+    schedule = job.every(400)
+    retry = job.Retry.NONE
+    overlap = job.Overlap.QUEUE  # the next tick is handed on as this one starts
+    missed = job.Missed.CATCH_UP
+
+    async def run(self) -> None:
+        _mark("ticking")
+
+
+async def test_a_row_pushed_with_a_delay_starts_when_due_not_at_the_next_poll(
+    store: Store,
+) -> None:
+    _started_at.clear()
+    _arrived.clear()
+    jobs = job.Jobs(kinds=[Later], store=store, poll_ms=60_000)
+    async with jobs.serving(grace_ms=1_000):
+        await until_idle(jobs)
+        pushed = job.now_us()
+        await jobs.push(Later(), after_ms=300)
+        await _wait_mark("later")
+    assert _started_at["later"][0] - pushed >= 300_000  # not early either
+
+
+async def test_a_retry_runs_after_its_wait_not_at_the_next_poll(store: Store) -> None:
+    _started_at.clear()
+    _arrived.clear()
+    jobs = job.Jobs(kinds=[Flaky], store=store, poll_ms=60_000)
+    async with jobs.serving(grace_ms=1_000):
+        await jobs.push(Flaky())
+        await _wait_mark("flaky", 2)
+    first, second = _started_at["flaky"]
+    assert second - first >= 300_000
+
+
+@pytest.mark.parametrize("kind", [Ticking, TickingQueued])
+async def test_a_schedule_ticks_on_time_with_a_long_poll(store: Store, kind: type) -> None:
+    _started_at.clear()
+    _arrived.clear()
+    jobs = job.Jobs(kinds=[kind], store=store, poll_ms=60_000)
+    async with jobs.serving(grace_ms=1_000):
+        await _wait_mark("ticking", 3)
+    first, second, third = _started_at["ticking"][:3]
+    assert second - first >= 300_000  # ticks 400 ms apart, give or take when each was claimed
+    assert third - second >= 300_000

@@ -196,9 +196,11 @@ class Store(Protocol):
         """The database's own clock (µs since the epoch) when it is shared by several hosts, so
         that every worker claims by one clock; None when the host's clock is the only one."""
 
-    async def watch(self, wake: Callable[[], None]) -> None:
-        """Call `wake()` whenever another process pushes a row, until cancelled; return at once
-        when the store has no such signal (the queue then relies on `poll_ms`)."""
+    async def watch(self, wake: Callable[[int | None], None]) -> None:
+        """Call `wake(run_at)` whenever another process pushes a row, until cancelled: `run_at`
+        is when the row is due (µs, by the pushing process's clock), or None when unknown
+        (wake now). Return at once when the store has no such signal (the queue then relies on
+        `poll_ms`)."""
 
     async def create_missing(self) -> None:
         """Create the `nilo_jobs` table and its indexes where they are missing."""

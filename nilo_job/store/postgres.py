@@ -3,8 +3,8 @@
 Any number of worker processes on any number of hosts share one table. The claim is one statement
 with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for; the unique index gives
 `unique` its verdict (`ON CONFLICT … DO NOTHING RETURNING`); every push sends `NOTIFY nilo_jobs`
-with the new id (never the payload), delivered when its transaction commits, and `watch` listens
-for it so idle workers in other processes start at once.
+with the row's due time (never the payload), delivered when its transaction commits, and `watch`
+listens for it so idle workers in other processes start at once, or when the row falls due.
 """
 
 from __future__ import annotations
@@ -419,12 +419,13 @@ class PostgresTable:
 
     # ----------------------------------------------------------------------------- wake-ups
 
-    async def watch(self, wake: Callable[[], None]) -> None:
-        """Call `wake()` for every row another process pushes, until cancelled.
+    async def watch(self, wake: Callable[[int | None], None]) -> None:
+        """Call `wake(run_at)` for every row another process pushes, until cancelled.
 
-        A connection of its own runs `LISTEN nilo_jobs`; when it is lost (a restart, a
-        terminated backend) it is opened again after a short pause, and the queue's poll
-        covers the gap.
+        A connection of its own runs `LISTEN nilo_jobs`; each notification's payload is the
+        row's due time (µs); for a group of rows, the earliest. When the connection is lost (a
+        restart, a terminated backend) it is opened again after a short pause, and the queue's
+        poll covers the gap.
         """
         pause = 0.05
         while True:
@@ -433,9 +434,9 @@ class PostgresTable:
                 try:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     pause = 0.05
-                    wake()  # rows pushed while nobody listened
-                    async for _note in conn.notifies():
-                        wake()
+                    wake(None)  # rows pushed while nobody listened
+                    async for note in conn.notifies():
+                        wake(_due_at(note.payload))
                 finally:
                     await conn.close()
             except _DOWN as error:
@@ -444,6 +445,15 @@ class PostgresTable:
                 )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
+
+
+def _due_at(payload: str) -> int | None:
+    """The due time a push's NOTIFY carries (µs); None for anything else (an older version
+    sent the row's id, which reads as long past: wake now either way)."""
+    try:
+        return int(payload)
+    except ValueError:
+        return None
 
 
 async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:

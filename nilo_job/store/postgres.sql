@@ -34,8 +34,8 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at)
     VALUES (%s, %s::json, 'queued', %s)
-    RETURNING id)
-SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed;
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', run_at::text) FROM pushed;
 
 -- name: push_row
 -- A row with a unique key, or one its pusher claimed (which wakes nobody else).
@@ -44,8 +44,9 @@ WITH pushed AS (
     VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
             %(lease_until)s)
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id)
-SELECT id, CASE WHEN %(state)s = 'queued' THEN pg_notify('nilo_jobs', id::text) END FROM pushed;
+    RETURNING id, run_at)
+SELECT id, CASE WHEN %(state)s = 'queued' THEN pg_notify('nilo_jobs', run_at::text) END
+FROM pushed;
 
 -- name: push_bulk
 WITH pushed AS (
@@ -55,8 +56,9 @@ WITH pushed AS (
     FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(run_ats)s::bigint[],
                 %(leases)s::bigint[])
         AS row(kind, payload, run_at, lease_until)
-    RETURNING id)
-SELECT id, pg_notify('nilo_jobs', id::text) FROM pushed WHERE id = (SELECT max(id) FROM pushed)
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', (SELECT min(run_at) FROM pushed)::text)
+FROM pushed WHERE id = (SELECT max(id) FROM pushed)
 UNION ALL
 SELECT id, NULL FROM pushed WHERE id <> (SELECT max(id) FROM pushed);
 
@@ -66,8 +68,8 @@ WITH pushed AS (
     VALUES (:kind, CAST(:payload AS json), :state, :run_at, :attempts, :unique_key,
             CAST(:lease_until AS bigint))
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id)
-SELECT id, pg_notify('nilo_jobs', CAST(id AS text)) FROM pushed;
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
 
 -- name: claim
 WITH queued AS (
@@ -155,5 +157,5 @@ WITH again AS (
     UPDATE nilo_jobs
     SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, died_at = NULL
     WHERE id = %s AND state = 'dead'
-    RETURNING id)
-SELECT id, pg_notify('nilo_jobs', id::text) FROM again;
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', run_at::text) FROM again;

@@ -204,7 +204,7 @@ class SqliteTable:
     async def now_us(self) -> int | None:
         return None  # one host: its clock is the queue's
 
-    async def watch(self, wake: Callable[[], None]) -> None:
+    async def watch(self, wake: Callable[[int | None], None]) -> None:
         return None  # no signal between processes: other processes' rows are found by polling
 
     async def create_missing(self) -> None:
