@@ -531,11 +531,13 @@ class Jobs:
             wakeup.set()
             return
         due = self._due
-        earliest = not due or run_at < due[0]
         if len(due) >= _DUE_KNOWN_MOST:
-            if not earliest and run_at >= max(due):
-                return  # the poll finds it
-            due[:] = heapq.nsmallest(_DUE_KNOWN_MOST // 2, due)
+            # Times already past wake nobody (the claim loop claims what is due whenever a
+            # worker is free); past the cap, the latest go, and the poll finds their rows.
+            now = self._clock()
+            due[:] = heapq.nsmallest(_DUE_KNOWN_MOST // 2, (at for at in due if at > now))
+            heapq.heapify(due)
+        earliest = not due or run_at < due[0]
         heapq.heappush(due, run_at)
         if earliest:
             wakeup.set()  # the claim loop sleeps until this earlier time instead

@@ -236,6 +236,58 @@ def _listening(pg_url: str) -> bool:
     return found is not None and found[0] == 1
 
 
+async def test_a_store_of_one_connection_answers_every_call_after_pushes(pg_url: str) -> None:
+    table = job.Table(pg_url, max_size=1)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+    try:
+        await table.create_missing()
+        async with asyncio.timeout(10):  # the pool's own wait for a connection is 30 s
+            await queue.push(Welcome(1))
+            assert (await queue.stats()).queued == 1
+            await queue.push(Welcome(2))
+            assert (await queue.stats()).queued == 2
+    finally:
+        await table.close()
+
+
+def test_pushes_from_the_sync_face_and_then_from_an_application_loop(pg_url: str) -> None:
+    async def create() -> None:
+        maker = job.Table(pg_url)
+        await maker.create_missing()
+        await maker.close()
+
+    asyncio.run(create())
+    queue = job.Jobs(kinds=[Welcome], store=job.Table(pg_url))
+    assert queue.sync.push(Welcome(1)) is not None  # the store opens on the sync face's loop
+
+    async def app() -> list[int | None]:
+        async with asyncio.timeout(10):  # the pool's own wait for a connection is 30 s
+            return [await queue.push(Welcome(2)), await queue.push(Welcome(3))]
+
+    assert None not in asyncio.run(app())
+    queue.sync.close()
+    assert _pushed_ids(pg_url) == [1, 2, 3]
+
+
+async def test_a_push_in_flight_when_the_store_closes_returns_its_id(pg_url: str) -> None:
+    table = job.Table(pg_url)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+    await table.create_missing()
+    assert await queue.push(Welcome(1)) is not None
+    async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+        await blocker.execute("LOCK TABLE nilo_jobs IN EXCLUSIVE MODE")
+        pushing = asyncio.create_task(queue.push(Welcome(2)))
+        await asyncio.sleep(0.3)  # real concurrency: the INSERT waits on the lock
+        closing = asyncio.create_task(table.close())
+        await asyncio.sleep(0.3)
+        assert not pushing.done()
+        await blocker.rollback()
+    async with asyncio.timeout(10):
+        await closing
+        assert await pushing is not None
+    assert _pushed_ids(pg_url) == [1, 2]
+
+
 async def test_a_row_another_queue_pushed_for_later_starts_when_due_not_at_the_next_poll(
     pg_url: str,
 ) -> None:

@@ -334,3 +334,45 @@ async def test_a_schedule_ticks_on_time_with_a_long_poll(store: Store, kind: typ
     first, second, third = _started_at["ticking"][:3]
     assert second - first >= 300_000  # ticks 400 ms apart, give or take when each was claimed
     assert third - second >= 300_000
+
+
+@dataclasses.dataclass
+class Busy:
+    nilo_job = "busy"
+    retry = job.Retry.NONE
+
+    async def run(self) -> None:
+        _mark("busy")
+        await _release_busy.wait()
+
+
+_release_busy = asyncio.Event()
+
+
+async def test_due_times_already_past_do_not_crowd_out_a_later_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While every worker is busy the claim loop does not sleep, so due times pile up; once
+    passed they must not fill the cap and push out a row due later."""
+    global _release_busy
+    _started_at.clear()
+    _arrived.clear()
+    _release_busy = asyncio.Event()
+    monkeypatch.setattr("nilo_job._queue._DUE_KNOWN_MOST", 16)
+    jobs = job.Jobs(
+        kinds=[Busy, Later, Counted], store=job.Memory(bytes=1 << 20), workers=1, poll_ms=60_000
+    )
+    ahead = 0  # the queue's clock runs this far ahead of the host's (µs)
+    jobs._clock = lambda: job.now_us() + ahead
+    async with jobs.serving(grace_ms=1_000):
+        await jobs.push(Busy())
+        await _wait_mark("busy")
+        for n in range(40):  # due in 50 ms, while the one worker is busy
+            await jobs.push(Counted(n), after_ms=50)
+        ahead = 100_000  # ...and now past due, the worker still busy
+        pushed = job.now_us()
+        await jobs.push(Later(), after_ms=300)
+        _reset(40)
+        _release_busy.set()
+        await _wait_mark("later")
+    assert _started_at["later"][0] - pushed >= 300_000

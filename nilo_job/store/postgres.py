@@ -75,10 +75,11 @@ class PostgresTable:
             )
         self.max_size = max_size
         self._opening: asyncio.Lock | None = None
-        # A connection of the store's own pool kept out of it for one-row pushes (see _held_run).
+        # A connection of the store's own, beside its pools, for one-row pushes (see _held_run).
         self._held: psycopg.AsyncConnection[Any] | None = None
         self._held_loop: asyncio.AbstractEventLoop | None = None
         self._held_lock = threading.Lock()  # taken without waiting: one call at a time uses it
+        self._held_closing: psycopg.AsyncConnection[Any] | None = None
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -109,6 +110,7 @@ class PostgresTable:
             # A forked child: the parent's pools and their connections are not ours.
             self._pid, self._work_pool, self._opening = os.getpid(), None, None
             self._held, self._held_loop, self._held_lock = None, None, threading.Lock()
+            self._held_closing = None
             if self._owns_pool:
                 self._pool = None
         current = self._work_pool if work else self._pool
@@ -174,23 +176,28 @@ class PostgresTable:
     async def _held_run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
         """`fn(conn)`, one statement that commits on its own, on the connection the store keeps
         for the purpose: a single producer's pushes skip the pool's checkout and return, which
-        cost about a tenth of a push's time in CPU (docs/postgres.md). The connection is one of
-        the store's own pool, never of an application's pool; it serves one call at a time, on
-        the event loop that took it (or on another once that loop is closed); any other call
-        goes through the pool as usual.
+        cost about a tenth of a push's time in CPU (docs/postgres.md).
+
+        The connection is the store's own, beside its pool (so the pool keeps every connection
+        it had), and only for a store opened from a URL: a store over an application's pool
+        opens nothing behind it. It serves one call at a time, on the event loop that opened
+        it (or on another once that loop is closed); any other call goes through the pool.
         """
-        pool = await self._get_pool()
         loop = asyncio.get_running_loop()
-        if not self._owns_pool or not self._held_lock.acquire(blocking=False):
+        lock = self._held_lock
+        if not self._owns_pool or not lock.acquire(blocking=False):
             return await self._run(fn, transaction=False)
         try:
             owner = self._held_loop
             if owner is not None and owner is not loop and not owner.is_closed():
                 return await self._run(fn, transaction=False)
             conn = self._held
-            if conn is None:
+            if conn is None or conn.closed:
+                await self._get_pool()  # the first call says an unreachable server in a sentence
                 try:
-                    conn = await pool.getconn()
+                    conn = await psycopg.AsyncConnection.connect(
+                        self.conninfo, **{**self._kwargs, "autocommit": True}
+                    )
                 except _DOWN as error:
                     raise StoreUnavailable(f"PostgreSQL: {error}") from error
                 self._held = conn
@@ -199,14 +206,18 @@ class PostgresTable:
                 return await fn(conn)
             except BaseException as error:
                 if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    # Broken, or cut off mid-statement: back to the pool, which mends or drops it.
+                    # Broken, or cut off mid-statement: the next call opens a fresh one.
                     self._held, self._held_loop = None, None
-                    await pool.putconn(conn)
+                    await conn.close()
                 if isinstance(error, _DOWN):
                     raise StoreUnavailable(f"PostgreSQL: {error}") from error
                 raise
+            finally:
+                if self._held_closing is conn:  # close() came while this call used it
+                    self._held = self._held_loop = self._held_closing = None
+                    await conn.close()
         finally:
-            self._held_lock.release()
+            lock.release()
 
     async def _one(self, query: str, params: Any = None) -> Any:
         async def one(conn: psycopg.AsyncConnection[Any]) -> Any:
@@ -219,9 +230,15 @@ class PostgresTable:
         await self._get_pool()
 
     async def close(self) -> None:
-        held, self._held, self._held_loop = self._held, None, None
-        if held is not None and self._pool is not None:
-            await self._pool.putconn(held)
+        if self._held_lock.acquire(blocking=False):
+            try:
+                held, self._held, self._held_loop = self._held, None, None
+            finally:
+                self._held_lock.release()
+            if held is not None:
+                await held.close()
+        else:
+            self._held_closing = self._held  # a push is using it: it closes it when done
         work, self._work_pool = self._work_pool, None
         if work is not None:
             await work.close()
@@ -465,9 +482,11 @@ async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done])
 
 
 def _insert_statement(row: NewRow) -> tuple[str, Sequence[object] | dict[str, object]]:
-    """The INSERT for `row` and its parameters: the lean one for a plain queued row."""
-    if row.unique_key is None and row.lease_until is None:
-        return SQL["push"], (row.kind, row.payload.decode(), row.run_at)
+    """The INSERT for `row` and its parameters: lean ones for a row without a unique key."""
+    if row.unique_key is None:
+        if row.lease_until is None:
+            return SQL["push"], (row.kind, row.payload.decode(), row.run_at)
+        return SQL["push_claimed"], (row.kind, row.payload.decode(), row.run_at, row.lease_until)
     return SQL["push_row"], _params(row)
 
 

@@ -37,8 +37,14 @@ WITH pushed AS (
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', run_at::text) FROM pushed;
 
+-- name: push_claimed
+-- A row its pusher claimed for an idle worker of its own (no key): it wakes nobody else.
+INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, lease_until)
+VALUES (%s, %s::json, 'running', %s, 1, %s)
+RETURNING id;
+
 -- name: push_row
--- A row with a unique key, or one its pusher claimed (which wakes nobody else).
+-- A row with a unique key (and perhaps claimed by its pusher, which then wakes nobody else).
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until)
     VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
