@@ -75,11 +75,10 @@ class PostgresTable:
             )
         self.max_size = max_size
         self._opening: asyncio.Lock | None = None
-        # A connection of the store's own, beside its pools, for one-row pushes (see _held_run).
-        self._held: psycopg.AsyncConnection[Any] | None = None
-        self._held_loop: asyncio.AbstractEventLoop | None = None
-        self._held_lock = threading.Lock()  # taken without waiting: one call at a time uses it
-        self._held_closing: psycopg.AsyncConnection[Any] | None = None
+        # Connections of the store's own, beside its pools: one for one-row pushes, one for
+        # serve's claims (see _Kept).
+        self._kept_push = _Kept(self.conninfo, {})
+        self._kept_claim = _Kept(self.conninfo, {"options": _WORK})
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -109,8 +108,8 @@ class PostgresTable:
         if self._pid != os.getpid():
             # A forked child: the parent's pools and their connections are not ours.
             self._pid, self._work_pool, self._opening = os.getpid(), None, None
-            self._held, self._held_loop, self._held_lock = None, None, threading.Lock()
-            self._held_closing = None
+            self._kept_push = _Kept(self.conninfo, {})
+            self._kept_claim = _Kept(self.conninfo, {"options": _WORK})
             if self._owns_pool:
                 self._pool = None
         current = self._work_pool if work else self._pool
@@ -173,51 +172,18 @@ class PostgresTable:
         except _DOWN as error:
             raise StoreUnavailable(f"PostgreSQL: {error}") from error
 
-    async def _held_run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
-        """`fn(conn)`, one statement that commits on its own, on the connection the store keeps
-        for the purpose: a single producer's pushes skip the pool's checkout and return, which
-        cost about a tenth of a push's time in CPU (docs/postgres.md).
-
-        The connection is the store's own, beside its pool (so the pool keeps every connection
-        it had), and only for a store opened from a URL: a store over an application's pool
-        opens nothing behind it. It serves one call at a time, on the event loop that opened
-        it (or on another once that loop is closed); any other call goes through the pool.
-        """
-        loop = asyncio.get_running_loop()
-        lock = self._held_lock
-        if not self._owns_pool or not lock.acquire(blocking=False):
-            return await self._run(fn, transaction=False)
-        try:
-            owner = self._held_loop
-            if owner is not None and owner is not loop and not owner.is_closed():
-                return await self._run(fn, transaction=False)
-            conn = self._held
-            if conn is None or conn.closed:
-                await self._get_pool()  # the first call says an unreachable server in a sentence
-                try:
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.conninfo, **{**self._kwargs, "autocommit": True}
-                    )
-                except _DOWN as error:
-                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
-                self._held = conn
-            self._held_loop = loop
-            try:
-                return await fn(conn)
-            except BaseException as error:
-                if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    # Broken, or cut off mid-statement: the next call opens a fresh one.
-                    self._held, self._held_loop = None, None
-                    await conn.close()
-                if isinstance(error, _DOWN):
-                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
-                raise
-            finally:
-                if self._held_closing is conn:  # close() came while this call used it
-                    self._held = self._held_loop = self._held_closing = None
-                    await conn.close()
-        finally:
-            lock.release()
+    async def _kept_run(
+        self, kept: _Kept, fn: Callable[[psycopg.AsyncConnection[Any]], Any], *, work: bool
+    ) -> Any:
+        """`fn(conn)`, one statement that commits on its own, on the `kept` connection when it
+        is free, else on a pooled one (`work`: the workers' pool). A store over an application's
+        pool keeps no connection of its own: it opens nothing behind that pool."""
+        await self._get_pool(work=work)  # an unreachable server is said in a sentence here
+        if self._owns_pool:
+            done, answer = await kept.run(fn)
+            if done:
+                return answer
+        return await self._run(fn, work=work, transaction=False)
 
     async def _one(self, query: str, params: Any = None) -> Any:
         async def one(conn: psycopg.AsyncConnection[Any]) -> Any:
@@ -230,15 +196,8 @@ class PostgresTable:
         await self._get_pool()
 
     async def close(self) -> None:
-        if self._held_lock.acquire(blocking=False):
-            try:
-                held, self._held, self._held_loop = self._held, None, None
-            finally:
-                self._held_lock.release()
-            if held is not None:
-                await held.close()
-        else:
-            self._held_closing = self._held  # a push is using it: it closes it when done
+        await self._kept_push.close()
+        await self._kept_claim.close()
         work, self._work_pool = self._work_pool, None
         if work is not None:
             await work.close()
@@ -285,7 +244,7 @@ class PostgresTable:
 
         if len(rows) == 1:
             # One row is one statement, which commits on its own: one round trip, not three.
-            alone: list[int | None] = await self._held_run(push)
+            alone: list[int | None] = await self._kept_run(self._kept_push, push, work=False)
             return alone
         answers: list[int | None] = await self._run(push)
         return answers
@@ -342,7 +301,8 @@ class PostgresTable:
                 Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in await cur.fetchall()
             ]
 
-        claimed: list[Claimed] = await self._run(claim, work=True, transaction=False)
+        # serve's claims come one at a time: on the connection kept for them.
+        claimed: list[Claimed] = await self._kept_run(self._kept_claim, claim, work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -471,6 +431,78 @@ def _due_at(payload: str) -> int | None:
         return int(payload)
     except ValueError:
         return None
+
+
+class _Kept:
+    """A connection a store keeps beside its pools for calls that come one at a time (a single
+    producer's pushes, serve's claims), which then skip the pool's checkout and return: about
+    60 µs of CPU a call on the benchmark's machine (docs/postgres.md, "Connections").
+
+    It is opened at the first call and serves one call at a time, on the event loop that opened
+    it (or on another once that loop is closed); `run` says when it was not free, and the
+    caller goes through its pool. If it breaks, or a call on it is cut off mid-statement, it is
+    closed and the next call opens a fresh one. `close()` closes it, or leaves that to the call
+    using it at that moment.
+    """
+
+    def __init__(self, conninfo: str, options: dict[str, Any]) -> None:
+        self.conninfo = conninfo
+        self.options = options
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.lock = threading.Lock()  # taken without waiting: one call at a time
+        self.closing: psycopg.AsyncConnection[Any] | None = None
+
+    async def run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> tuple[bool, Any]:
+        """(True, `fn(conn)`) on the kept connection, or (False, None) when it is not free.
+
+        Raises:
+            StoreUnavailable: the connection could not be opened, or broke.
+        """
+        loop = asyncio.get_running_loop()
+        if not self.lock.acquire(blocking=False):
+            return False, None
+        try:
+            owner = self.loop
+            if owner is not None and owner is not loop and not owner.is_closed():
+                return False, None
+            conn = self.conn
+            if conn is None or conn.closed:
+                try:
+                    conn = await psycopg.AsyncConnection.connect(
+                        self.conninfo, autocommit=True, **self.options
+                    )
+                except _DOWN as error:
+                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
+                self.conn = conn
+            self.loop = loop
+            try:
+                return True, await fn(conn)
+            except BaseException as error:
+                if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    # Broken, or cut off mid-statement: the next call opens a fresh one.
+                    self.conn = self.loop = None
+                    await conn.close()
+                if isinstance(error, _DOWN):
+                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
+                raise
+            finally:
+                if self.closing is conn:  # close() came while this call used it
+                    self.conn = self.loop = self.closing = None
+                    await conn.close()
+        finally:
+            self.lock.release()
+
+    async def close(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.closing = self.conn  # a call is using it: that call closes it when done
+            return
+        try:
+            conn, self.conn, self.loop = self.conn, None, None
+        finally:
+            self.lock.release()
+        if conn is not None:
+            await conn.close()
 
 
 async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:
