@@ -99,6 +99,49 @@ async def w1_one(args: argparse.Namespace) -> dict[str, Any]:
     return watch.result(args.jobs)
 
 
+async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
+    """W1 one by one, nilo and raw SQL alternated push by push in this process (PostgreSQL),
+    each on its own connection and each push timed alone, which goes first alternating: both
+    meet the same moments of a shared machine, so their ratio holds still where two separate
+    8-second runs can differ by two. `rate` is nilo's, `raw_rate` raw SQL's (`bench/raw.py`'s
+    table and INSERT), `ratio` nilo's rate ÷ raw's."""
+    import raw
+
+    jobs = queue(await ready_store(args.url), args)
+    conn = await raw.pg_ready(args.url)
+
+    async def raw_insert(i: int) -> None:
+        cur = await conn.execute(raw.PG_INSERT, (raw.payload(i), raw.now_us()))
+        await cur.fetchone()
+
+    async def nilo_push(i: int) -> None:
+        await jobs.push(Noop(i))
+
+    both = [("nilo", nilo_push), ("raw", raw_insert)]
+    for i in range(20):  # not timed: connections opened, statements prepared, for both
+        for _name, push in both:
+            await push(-1 - i)
+    spent = {"nilo": 0, "raw": 0}
+    watch = common.Stopwatch(args.cap_s)
+    for i in range(args.jobs):
+        if watch.over():
+            break
+        for name, push in both if i % 2 else both[::-1]:
+            began = time.perf_counter_ns()
+            await push(i)
+            spent[name] += time.perf_counter_ns() - began
+        watch.done += 1
+    await conn.close()
+    nilo_s, raw_s = spent["nilo"] / 1e9, spent["raw"] / 1e9
+    return common.rate(
+        watch.done,
+        nilo_s,
+        raw_rate=watch.done / raw_s,
+        ratio=raw_s / nilo_s,
+        capped=watch.done < args.jobs,
+    )
+
+
 async def w1_pool16(args: argparse.Namespace) -> dict[str, Any]:
     """16 asyncio tasks pushing at once through one store: on PostgreSQL `job.Table(pool)` over
     a pool of `--connections` connections, on SQLite the store's one connection."""
@@ -349,6 +392,7 @@ if __name__ == "__main__":
     common.main(
         {
             "w1_one": w1_one,
+            "w1_paired": w1_paired,
             "w1_pool16": w1_pool16,
             "w1_bulk": w1_bulk,
             "fill": fill,

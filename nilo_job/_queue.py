@@ -36,6 +36,7 @@ from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying
 log = logging.getLogger("nilo_job")
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_NO_OBSERVER: contextlib.AbstractContextManager[None] = contextlib.nullcontext()  # reusable
 _BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
 _CLOCK_EVERY_US = 60_000_000  # how often serve re-reads a store's own clock
 _DUE_KNOWN_MOST = 4_096  # later due times serve keeps a wake-up for; past that, the poll finds rows
@@ -284,10 +285,10 @@ class Jobs:
         if within is not None and not isinstance(within, Space):
             raise Refusal(f"within={within!r}: pass a job.MemorySpace or job.RedisSpace")
         kind, row = self._new_row(value, after_ms, at, unique)
-        mark = f"within:{kind.name}:{unique}"
+        mark = f"within:{kind.name}:{unique}" if within is not None else ""
         if within is not None and not await within.add(mark, b"1"):
             return None
-        feed = self._idle_feed(row)
+        feed = None if self._feed is None else self._idle_feed(row)
         claimed_at = self._clock() if feed is not None else 0
         if feed is not None:  # a worker of this process is idle: the row is claimed for it
             row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
@@ -305,7 +306,8 @@ class Jobs:
         if row_id is None:
             return None
         try:
-            await self._put_status(row_id, State.QUEUED, 0)  # before the run's own statuses
+            if self.space is not None:
+                await self._put_status(row_id, State.QUEUED, 0)  # before the run's own statuses
         finally:
             if feed is None:
                 self._wake_at(row.run_at)
@@ -473,7 +475,7 @@ class Jobs:
 
     def _pushing(self, kind: str) -> contextlib.AbstractContextManager[None]:
         if not self._observers:
-            return contextlib.nullcontext()
+            return _NO_OBSERVER
         return around([observer.pushing(kind) for observer in self._observers])
 
     def _pushed(self, rows: Sequence[NewRow], ids: Sequence[int | None]) -> None:
