@@ -1017,6 +1017,10 @@ class Jobs:
             StoreUnavailable: at start, the table is missing or not nilo-job's.
             Refusal: serve is already running on this queue.
         """
+        await self._serve(grace_ms, None)
+
+    async def _serve(self, grace_ms: int, ready: asyncio.Event | None) -> None:
+        """`serve`; `ready` is set once pushes from this loop reach it (its wake-up exists)."""
         if self._serve_task is not None and not self._serve_task.done():
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
         await self.store.open()
@@ -1026,6 +1030,8 @@ class Jobs:
         self._serve_pid = os.getpid()
         self._wakeup = asyncio.Event()
         self._due = []
+        if ready is not None:
+            ready.set()
         try:
             await self.seed()  # its ticks' due times go to self._due
         except BaseException:
@@ -1238,8 +1244,18 @@ class Jobs:
         # in the background task.
         await self.store.open()
         await self.store.check()
-        task = asyncio.create_task(self.serve(grace_ms=grace_ms))
+        ready = asyncio.Event()
+        task = asyncio.create_task(self._serve(grace_ms, ready))
         try:
+            # Into the block once serve hears this loop's pushes: a row pushed for later at
+            # once is then woken for when due, not found a poll later.
+            started = asyncio.ensure_future(ready.wait())
+            try:
+                await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                started.cancel()
+            if task.done():
+                task.result()  # serve failed as it started: its error, here
             yield self
         finally:
             task.cancel()

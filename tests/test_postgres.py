@@ -5,6 +5,7 @@ database's clock, and RedisSpace. The contract itself runs on PostgreSQL in test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -286,6 +287,83 @@ async def test_a_push_in_flight_when_the_store_closes_returns_its_id(pg_url: str
         await closing
         assert await pushing is not None
     assert _pushed_ids(pg_url) == [1, 2]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_processes_forked_after_pushes_each_push_on_connections_of_their_own(
+    pg_url: str,
+) -> None:
+    """A pre-forking server: the parent pushes once at start (its loop then closed), then forks
+    workers that push. Each child must get its own connection, and its own row's id."""
+    table = job.Table(pg_url)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+
+    async def parent_push() -> None:
+        await table.create_missing()
+        await queue.push(Welcome(0))
+
+    asyncio.run(parent_push())
+    go_read, go_write = os.pipe()  # the children push at once, when the parent says go
+    children: dict[int, int] = {}  # pid -> the read end of its pipe
+    for user_id in range(101, 107):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: push once, say the id it was given
+            os.close(read_end)
+            code = 1
+            try:
+                os.read(go_read, 1)
+                answer = asyncio.run(asyncio.wait_for(queue.push(Welcome(user_id)), 20))
+                os.write(write_end, f"{user_id} {answer}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        children[pid] = read_end
+    os.write(go_write, b"g" * len(children))
+    answers: dict[int, int] = {}
+    for pid, read_end in children.items():
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read_end) as said:
+            text = said.read()
+        assert os.WIFEXITED(status), text
+        assert os.WEXITSTATUS(status) == 0, text
+        user_id, row_id = text.split()
+        answers[int(row_id)] = int(user_id)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT id, (payload->>'user_id')::int FROM nilo_jobs WHERE id = ANY(%s)",
+            (list(answers),),
+        ).fetchall()
+    assert dict(rows) == answers  # each child was given its own row's id
+    # The parent's pool belongs to the loop that opened it, now closed (psycopg_pool runs its
+    # workers as tasks of that loop): its close() fails there; the kept connection closes first.
+    with contextlib.suppress(RuntimeError):
+        asyncio.run(table.close())
+
+
+async def test_close_while_the_push_connection_opens_leaves_no_connection(pg_url: str) -> None:
+    table = job.Table(pg_url)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+    await table.create_missing()
+    pushing = asyncio.create_task(queue.push(Welcome(1)))
+    async with asyncio.timeout(10):
+        # The connection opens in a few milliseconds: look at every turn of the loop.
+        while not (table._kept_push.lock.locked() and table._kept_push.conn is None):  # noqa: ASYNC110
+            await asyncio.sleep(0)
+    await table.close()
+    assert await pushing is not None
+
+    def backends_left() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            found = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        return -1 if found is None else int(found[0])
+
+    # A backend leaves pg_stat_activity a moment after its client has closed the connection.
+    await until("every connection of the store to be gone", lambda: backends_left() == 0, 5)
 
 
 async def test_a_row_another_queue_pushed_for_later_starts_when_due_not_at_the_next_poll(

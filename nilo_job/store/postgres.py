@@ -173,15 +173,19 @@ class PostgresTable:
             raise StoreUnavailable(f"PostgreSQL: {error}") from error
 
     async def _kept_run(
-        self, kept: _Kept, fn: Callable[[psycopg.AsyncConnection[Any]], Any], *, work: bool
+        self, fn: Callable[[psycopg.AsyncConnection[Any]], Any], *, work: bool
     ) -> Any:
-        """`fn(conn)`, one statement that commits on its own, on the `kept` connection when it
-        is free, else on a pooled one (`work`: the workers' pool). A store over an application's
-        pool keeps no connection of its own: it opens nothing behind that pool."""
+        """`fn(conn)`, one statement that commits on its own, on the connection kept for it
+        (`work`: serve's claims, else one-row pushes) when that is free, else on a pooled one.
+        A store over an application's pool keeps no connection of its own: it opens nothing
+        behind that pool."""
         pool = self._work_pool if work else self._pool
         if pool is None or pool.closed or self._pid != os.getpid():
-            await self._get_pool(work=work)  # an unreachable server is said in a sentence here
+            # An unreachable server is said in a sentence here; after a fork, the parent's
+            # pools and kept connections are replaced before either is read below.
+            await self._get_pool(work=work)
         if self._owns_pool:
+            kept = self._kept_claim if work else self._kept_push
             done, answer = await kept.run(fn)
             if done:
                 return answer
@@ -250,7 +254,7 @@ class PostgresTable:
                 found = await cur.fetchone()
                 return [None if found is None else int(found[0])]
 
-            alone: list[int | None] = await self._kept_run(self._kept_push, one, work=False)
+            alone: list[int | None] = await self._kept_run(one, work=False)
             return alone
 
         async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
@@ -312,7 +316,7 @@ class PostgresTable:
             ]
 
         # serve's claims come one at a time: on the connection kept for them.
-        claimed: list[Claimed] = await self._kept_run(self._kept_claim, claim, work=True)
+        claimed: list[Claimed] = await self._kept_run(claim, work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -461,7 +465,7 @@ class _Kept:
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.lock = threading.Lock()  # taken without waiting: one call at a time
-        self.closing: psycopg.AsyncConnection[Any] | None = None
+        self.closing = False  # close() came while a call held the lock: that call closes it
 
     async def run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> tuple[bool, Any]:
         """(True, `fn(conn)`) on the kept connection, or (False, None) when it is not free.
@@ -497,15 +501,16 @@ class _Kept:
                     raise StoreUnavailable(f"PostgreSQL: {error}") from error
                 raise
             finally:
-                if self.closing is conn:  # close() came while this call used it
-                    self.conn = self.loop = self.closing = None
+                if self.closing:  # close() came while this call held it (or was opening it)
+                    self.conn, self.loop, self.closing = None, None, False
                     await conn.close()
         finally:
+            self.closing = False  # (a close() while the connection failed to open: nothing left)
             self.lock.release()
 
     async def close(self) -> None:
         if not self.lock.acquire(blocking=False):
-            self.closing = self.conn  # a call is using it: that call closes it when done
+            self.closing = True  # a call is using it (or opening it): that call closes it
             return
         try:
             conn, self.conn, self.loop = self.conn, None, None
