@@ -840,12 +840,13 @@ class Jobs:
         watch = (
             around([observer.running(kind.name, tick) for observer in self._observers])
             if self._observers
-            else contextlib.nullcontext()
+            else _NO_OBSERVER
         )
         began = time.monotonic()
         try:
             # Inside the try: a stop while the status is written gives the row back too.
-            await self._put_status(row.id, State.RUNNING, row.attempts)
+            if self.space is not None:
+                await self._put_status(row.id, State.RUNNING, row.attempts)
             with watch:
                 if kind.is_async:
                     await call_async(kind, value, kwargs, timeout_s)
@@ -981,7 +982,8 @@ class Jobs:
             self._wake_at(end.then.run_at)  # a schedule's next tick
         progress = self._progress.pop(row.id, None)
         if isinstance(end, Done):
-            await self._put_status(row.id, State.DONE, row.attempts, progress)
+            if self.space is not None:
+                await self._put_status(row.id, State.DONE, row.attempts, progress)
         elif isinstance(end, Retrying):
             wait_ms = kind.retry.wait_ms(row.attempts)
             log.warning(
