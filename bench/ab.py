@@ -1,6 +1,6 @@
 """A/B of one push's latency: nilo-job at a git revision against the working tree, in one process.
 
-    .venv/bin/python bench/ab.py [--ref HEAD] [--url postgresql://…|sqlite:///…] [--pushes 3000]
+    .venv/bin/python bench/ab.py [--ref HEAD] [--url postgresql://…|sqlite] [--pushes 3000]
 
 On a shared, noisy machine two throughput runs minutes apart differ by more than a change worth
 making. This script takes both versions into one process (the revision's `nilo_job/` from
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import importlib.util
 import statistics
@@ -26,10 +25,12 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import common
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,26 +57,6 @@ def at_revision(ref: str, into: Path) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
     return into / "nilo_job"
-
-
-@contextlib.asynccontextmanager
-async def database(url: str | None, scratch: Path) -> AsyncIterator[str]:
-    """A fresh database for the run: `url` names the PostgreSQL server, None means SQLite."""
-    if url is None:
-        yield f"sqlite:///{scratch / 'ab.db'}"
-        return
-    import os
-
-    import psycopg
-
-    name = f"nilo_ab_{os.getpid()}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def pusher(job: ModuleType, url: str) -> Callable[[int], Awaitable[Any]]:
@@ -114,7 +95,7 @@ async def main() -> None:
         sys.path.insert(0, str(ROOT))
         import nilo_job as new
 
-        async with database(None if args.url == "sqlite" else args.url, Path(scratch)) as url:
+        with common.scratch_database(args.url, "ab") as url:
             table = new.Table(url)
             await table.create_missing()
             await table.close()

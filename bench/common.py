@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import random
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 RESULT = "RESULT "
@@ -72,6 +74,27 @@ def is_sqlite(url: str) -> bool:
 def sqlite_path(url: str) -> str:
     """The file of `sqlite:///relative` or `sqlite:////absolute`."""
     return url.removeprefix("sqlite://")[1:]
+
+
+@contextlib.contextmanager
+def scratch_database(server: str, tag: str) -> Iterator[str]:
+    """A fresh database for a script run by hand, gone afterwards: `server` is "sqlite" (a file
+    in a temporary folder) or a `postgresql://` URL of any database on the server, beside which
+    `nilo_<tag>_<pid>` is made (psycopg is imported only then, so the peers' venv needs none)."""
+    if server == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            yield f"sqlite:///{folder}/{tag}.db"
+        return
+    import psycopg
+
+    name = f"nilo_{tag}_{os.getpid()}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield server.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def rate(jobs: int, seconds: float, **more: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Where W3's time goes: push → run starts, taken apart inside the queue (a diagnostic).
 
-    .venv/bin/python bench/w3_parts.py [--url postgresql://…|sqlite:///…] [--samples 300]
+    .venv/bin/python bench/w3_parts.py [--url postgresql://…|sqlite] [--samples 300]
 
 Two set-ups, each on a fresh database (PostgreSQL) or file (SQLite):
 
@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import common
+
 import nilo_job as job
 
 marks: dict[str, int] = {}
@@ -53,24 +51,6 @@ class Noop:
 
 def mark(name: str) -> None:
     marks.setdefault(name, time.perf_counter_ns())
-
-
-@contextlib.asynccontextmanager
-async def database(url: str) -> AsyncIterator[str]:
-    if url.startswith("sqlite"):
-        with tempfile.TemporaryDirectory() as scratch:
-            yield f"sqlite:///{scratch}/w3.db"
-        return
-    import psycopg
-
-    name = f"nilo_w3_{os.getpid()}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 async def sample(
@@ -184,10 +164,10 @@ async def main() -> None:
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--samples", type=int, default=300)
     args = parser.parse_args()
-    async with database(args.url) as url:
+    with common.scratch_database(args.url, "w3") as url:
         show("one process", await one_process(url, args.samples))
-    if not args.url.startswith("sqlite"):
-        async with database(args.url) as url:
+    if args.url != "sqlite":
+        with common.scratch_database(args.url, "w3") as url:
             show("two queues (as two processes)", await two_queues(url, args.samples))
 
 

@@ -288,9 +288,10 @@ class Jobs:
         mark = f"within:{kind.name}:{unique}" if within is not None else ""
         if within is not None and not await within.add(mark, b"1"):
             return None
-        feed = None if self._feed is None else self._idle_feed(row)
-        claimed_at = self._clock() if feed is not None else 0
+        feed = self._idle_feed(row)
+        claimed_at = 0
         if feed is not None:  # a worker of this process is idle: the row is claimed for it
+            claimed_at = self._clock()
             row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
         try:
             with self._pushing(kind.name):
@@ -306,8 +307,7 @@ class Jobs:
         if row_id is None:
             return None
         try:
-            if self.space is not None:
-                await self._put_status(row_id, State.QUEUED, 0)  # before the run's own statuses
+            await self._put_status(row_id, State.QUEUED, 0)  # before the run's own statuses
         finally:
             if feed is None:
                 self._wake_at(row.run_at)
@@ -537,8 +537,8 @@ class Jobs:
             # Times already past wake nobody (the claim loop claims what is due whenever a
             # worker is free); past the cap, the latest go, and the poll finds their rows.
             now = self._clock()
+            # (nsmallest's list is sorted, so it is a heap already)
             due[:] = heapq.nsmallest(_DUE_KNOWN_MOST // 2, (at for at in due if at > now))
-            heapq.heapify(due)
         earliest = not due or run_at < due[0]
         heapq.heappush(due, run_at)
         if earliest:
@@ -845,8 +845,7 @@ class Jobs:
         began = time.monotonic()
         try:
             # Inside the try: a stop while the status is written gives the row back too.
-            if self.space is not None:
-                await self._put_status(row.id, State.RUNNING, row.attempts)
+            await self._put_status(row.id, State.RUNNING, row.attempts)
             with watch:
                 if kind.is_async:
                     await call_async(kind, value, kwargs, timeout_s)
@@ -982,8 +981,7 @@ class Jobs:
             self._wake_at(end.then.run_at)  # a schedule's next tick
         progress = self._progress.pop(row.id, None)
         if isinstance(end, Done):
-            if self.space is not None:
-                await self._put_status(row.id, State.DONE, row.attempts, progress)
+            await self._put_status(row.id, State.DONE, row.attempts, progress)
         elif isinstance(end, Retrying):
             wait_ms = kind.retry.wait_ms(row.attempts)
             log.warning(

@@ -1,5 +1,5 @@
-"""Helpers shared by the tests of serve: waiting for its workers to be idle or for a condition,
-and a status Space that fails on demand."""
+"""Helpers shared by the tests of serve: waiting for its workers to be idle, for a condition, or
+for its PostgreSQL listener, and a status Space that fails on demand."""
 
 from __future__ import annotations
 
@@ -30,6 +30,19 @@ async def until(what: str, check: Callable[[], bool], seconds: float = 20.0) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up after {seconds} s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+def listening(pg_url: str) -> bool:
+    """Whether one connection to the database at `pg_url` waits in `LISTEN nilo_jobs` (a serving
+    queue's, on PostgreSQL)."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = 'LISTEN nilo_jobs'"
+        ).fetchone()
+    return found is not None and found[0] == 1
 
 
 class FailingSpace(job.MemorySpace):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from serving import listening
 
 import nilo_job as job
 
@@ -240,15 +241,7 @@ async def test_a_push_from_another_process_starts_at_once_not_at_the_next_poll(
                 "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
             )
 
-        def listening() -> bool:
-            with psycopg.connect(pg_url, autocommit=True) as admin:
-                found = admin.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
-                ).fetchone()
-            return found is not None and found[0] == 1
-
-        await until("the listener to come back", listening, seconds=30)
+        await until("the listener to come back", lambda: listening(pg_url), seconds=30)
         pushed = job.now_us()
         await queue.push(procs_kinds.Stamp(n=99))
         after_reconnect = await wait_stamp(tmp_path, 99) - pushed

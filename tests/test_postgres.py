@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from serving import until
+from serving import listening, until
 
 import nilo_job as job
 
@@ -228,15 +228,6 @@ async def test_the_store_keeps_no_connection_of_an_applications_pool(pg_url: str
             assert await cur.fetchone() == (3,)
 
 
-def _listening(pg_url: str) -> bool:
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        found = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND query = 'LISTEN nilo_jobs'"
-        ).fetchone()
-    return found is not None and found[0] == 1
-
-
 async def test_a_store_of_one_connection_answers_every_call_after_pushes(pg_url: str) -> None:
     table = job.Table(pg_url, max_size=1)
     queue = job.Jobs(kinds=[Welcome], store=table)
@@ -377,7 +368,7 @@ async def test_a_row_another_queue_pushed_for_later_starts_when_due_not_at_the_n
     pusher = job.Jobs(kinds=[Welcome], store=pusher_table)
     try:
         async with worker.serving(grace_ms=1_000):
-            await until("the worker to listen", lambda: _listening(pg_url))
+            await until("the worker to listen", lambda: listening(pg_url))
             pushed = job.now_us()
             await pusher.push(Welcome(1), after_ms=300)
             await until("the row to run, well inside the minute's poll", lambda: ran == [1])

@@ -179,11 +179,9 @@ class PostgresTable:
         (`work`: serve's claims, else one-row pushes) when that is free, else on a pooled one.
         A store over an application's pool keeps no connection of its own: it opens nothing
         behind that pool."""
-        pool = self._work_pool if work else self._pool
-        if pool is None or pool.closed or self._pid != os.getpid():
-            # An unreachable server is said in a sentence here; after a fork, the parent's
-            # pools and kept connections are replaced before either is read below.
-            await self._get_pool(work=work)
+        # An unreachable server is said in a sentence here; after a fork, the parent's pools
+        # and kept connections are replaced before either is read below.
+        await self._get_pool(work=work)
         if self._owns_pool:
             kept = self._kept_claim if work else self._kept_push
             done, answer = await kept.run(fn)
@@ -245,21 +243,13 @@ class PostgresTable:
         if len(rows) > 1 and all(row.unique_key is None for row in rows):
             return await self._push_bulk(rows)
 
-        if len(rows) == 1:
-            # One row is one statement, which commits on its own: one round trip, not three.
-            query, params = _insert_statement(rows[0])
-
-            async def one(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
-                cur = await conn.execute(query, params)
-                found = await cur.fetchone()
-                return [None if found is None else int(found[0])]
-
-            alone: list[int | None] = await self._kept_run(one, work=False)
-            return alone
-
         async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
             return [await _insert(conn, row) for row in rows]
 
+        if len(rows) == 1:
+            # One row is one statement, which commits on its own: one round trip, not three.
+            alone: list[int | None] = await self._kept_run(push, work=False)
+            return alone
         answers: list[int | None] = await self._run(push)
         return answers
 
