@@ -13,7 +13,7 @@ Two set-ups, each on a fresh database (PostgreSQL) or file (SQLite):
   sent; the claim; claim → the run starts.
 
 It wraps a few of the queue's own methods to take the times (`store.push`, `store.claim`,
-`Jobs._hand_over`, `Jobs._wake_at`), so it is a diagnostic for this version of the code, not a
+the producer's `hand_over`, the wake-ups' `wake_at`), so it is a diagnostic for this version of the code, not a
 benchmark: `bench/run.py` measures W3 from the outside.
 """
 
@@ -85,13 +85,13 @@ async def one_process(url: str, samples: int) -> dict[str, list[int]]:
         return answer
 
     store.push = timed_push  # type: ignore[method-assign]
-    hand_over = jobs._hand_over
+    hand_over = jobs._producer.hand_over
 
     def timed_hand_over(*args: Any) -> None:
         mark("hand_over")
         hand_over(*args)
 
-    jobs._hand_over = timed_hand_over  # type: ignore[method-assign]
+    jobs._producer.hand_over = timed_hand_over  # type: ignore[method-assign]
     try:
         async with jobs.serving(grace_ms=1_000):
             await asyncio.sleep(0.5)
@@ -115,13 +115,13 @@ async def two_queues(url: str, samples: int) -> dict[str, list[int]]:
     await serving_store.create_missing()
     worker = job.Jobs(kinds=[Noop], store=serving_store)
     pusher = job.Jobs(kinds=[Noop], store=pushing_store)
-    wake_at = worker._wake_at
+    wake_at = worker._wakeups.wake_at
 
     def timed_wake_at(run_at: int | None) -> None:
         mark("woken")
         wake_at(run_at)
 
-    worker._wake_at = timed_wake_at  # type: ignore[method-assign]
+    worker._wakeups.wake_at = timed_wake_at  # type: ignore[method-assign]
     claim = serving_store.claim
 
     async def timed_claim(*args: Any) -> Any:

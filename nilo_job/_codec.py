@@ -86,6 +86,16 @@ class Codec:
         return self._decoder.decode(data)
 
 
+def plain(payload: bytes) -> Any:
+    """A stored payload as plain JSON values (dicts, lists, str, numbers), for an operator: what a
+    row holds whether or not it still fits its class; text that is not JSON comes back as a str.
+    """
+    try:
+        return msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return payload.decode(errors="replace")
+
+
 def _equal(back: object, value: object) -> bool:
     """Whether what came back from JSON equals what was pushed: by the class's own `==` when
     it has one (dataclasses and Structs compare field by field, types included, so a datetime

@@ -11,29 +11,74 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._errors import Refusal
 from ._spaces import Space
 from ._values import Dead, Stats, Status
-
-if TYPE_CHECKING:
-    from ._queue import Jobs
+from .store.contract import Store
 
 T = TypeVar("T")
+
+
+class AsyncFace(Protocol):
+    """The async calls of a queue that the sync face bridges (`job.Jobs` has them all)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    async def push(
+        self,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
+        within: Space | None = None,
+    ) -> int | None: ...
+
+    async def push_in(
+        self,
+        tx: object,
+        value: object,
+        *,
+        after_ms: int | None = None,
+        at: int | datetime | None = None,
+        unique: str | None = None,
+    ) -> int | None: ...
+
+    def wake(self) -> None: ...
+    async def cancel(self, row_id: int) -> bool: ...
+    async def stats(self) -> Stats: ...
+    async def status(self, row_id: int) -> Status | None: ...
+    async def dead_ones(self, limit: int = 1_000) -> list[Dead]: ...
+    async def retry_dead(self, row_id: int) -> bool: ...
+    async def progress(self, row_id: int, n: int) -> None: ...
+    async def drain(self) -> int: ...
+    async def drain_at(self, now_us: int) -> int: ...
 
 
 class SyncJobs:
     """Blocking versions of the queue's producer and operator calls; see `Jobs` for each.
 
+    Args:
+        jobs: the queue whose async calls are bridged.
+        serving_loop: the event loop `serve` runs on in this process, or None; calls go there
+            when it runs, and to the bridge's own loop otherwise.
+
     Raises:
         Refusal: a method is called from inside a running event loop (use the async API there).
     """
 
-    def __init__(self, jobs: Jobs) -> None:
+    def __init__(
+        self,
+        jobs: AsyncFace,
+        serving_loop: Callable[[], asyncio.AbstractEventLoop | None],
+    ) -> None:
         self._jobs = jobs
+        self._serving_loop = serving_loop  # serve's loop in this process, if it runs here
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -68,7 +113,7 @@ class SyncJobs:
                 "jobs.sync blocks, and this code runs inside an event loop: await the async "
                 "method (await jobs.push(...)) here instead"
             )
-        loop = self._jobs._serving_loop() or self._own_loop()
+        loop = self._serving_loop() or self._own_loop()
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def push(

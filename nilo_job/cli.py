@@ -19,12 +19,10 @@ there to retry or cancel; every failure is one sentence on stderr, never a trace
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import signal
 import sys
-import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,55 +32,16 @@ from typing import Any, TypeVar
 import click
 
 from ._clock import now_us
+from ._codec import plain
 from ._errors import JobError, Refusal
+from ._load import load
 from ._queue import Jobs
 from ._table import Table
 from ._values import Dead, Stats
+from .dashboard import dashboard_command
 from .store.contract import Store
 
 T = TypeVar("T")
-
-
-def load(target: str) -> Jobs:
-    """The `job.Jobs` that `module:attr` names.
-
-    Raises:
-        click.ClickException: the target is malformed, cannot be imported, or is not a queue; a
-            `Refusal` raised while the module builds its queue is shown as its sentence.
-    """
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise click.ClickException(f"{target!r}: write module:attr, like myapp.jobs:jobs")
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except Refusal as refusal:
-        raise click.ClickException(
-            f"{module_name} defines a queue that cannot work: {refusal}"
-        ) from None
-    except ImportError as error:
-        raise click.ClickException(f"cannot import {module_name}: {error}") from None
-    except Exception:
-        raise click.ClickException(
-            f"importing {module_name} raised:\n{traceback.format_exc(limit=-3)}"
-        ) from None
-    value = module
-    for part in attr.split("."):
-        if not hasattr(value, part):
-            raise click.ClickException(f"{module_name} has no attribute {attr}")
-        value = getattr(value, part)
-    if callable(value) and not isinstance(value, Jobs):
-        try:
-            value = value()
-        except Refusal as refusal:
-            raise click.ClickException(
-                f"{target} builds a queue that cannot work: {refusal}"
-            ) from None
-    if not isinstance(value, Jobs):
-        raise click.ClickException(f"{target} is a {type(value).__name__}, not a job.Jobs")
-    return value
 
 
 @click.group()
@@ -186,7 +145,7 @@ class Target:
         if self.jobs is not None:
             return await self.jobs.dead_ones(limit)
         return [
-            Dead(row.id, row.kind, row.error, row.attempts, _plain(row.payload), row.died_at)
+            Dead(row.id, row.kind, row.error, row.attempts, plain(row.payload), row.died_at)
             for row in await self.store.dead_ones(limit)
         ]
 
@@ -278,13 +237,6 @@ def compact(value: Any, width: int = 60) -> str:
     """`value` as one line of JSON, cut to `width` characters with an ellipsis."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _plain(payload: bytes) -> Any:
-    try:
-        return json.loads(payload)
-    except ValueError:
-        return payload.decode(errors="replace")
 
 
 def _print_json(value: Any) -> None:
@@ -414,7 +366,7 @@ def migrate(target: str, as_json: bool) -> None:
         click.echo(f"nilo_jobs is ready in {where}")
 
 
-main.add_command(importlib.import_module("nilo_job.dashboard").dashboard_command)
+main.add_command(dashboard_command)
 
 if __name__ == "__main__":
     main()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,9 @@ BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 minutes."""
 
 
+_MEASURED: weakref.WeakSet[Jobs] = weakref.WeakSet()  # the queues a Metrics observes
+
+
 class Metrics:
     """The metrics of one queue, in a Prometheus registry, and its spans.
 
@@ -97,7 +101,7 @@ class Metrics:
         tracer_provider: TracerProvider | None = None,
         buckets_s: Sequence[float] = BUCKETS_S,
     ) -> None:
-        if any(isinstance(observer, Metrics) for observer in jobs._observers):
+        if jobs in _MEASURED:
             raise Refusal(
                 "this job.Jobs is measured already: build one Metrics per queue and share it"
             )
@@ -154,6 +158,7 @@ class Metrics:
             None if otel is None else otel.get_tracer("nilo_job", tracer_provider=tracer_provider)
         )
         jobs.observe(self)
+        _MEASURED.add(jobs)
 
     def __repr__(self) -> str:
         return f"Metrics({self.jobs!r})"

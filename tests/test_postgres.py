@@ -520,8 +520,8 @@ async def test_serve_follows_the_database_clock(pg_url: str) -> None:
     database_now = await table.now_us()
     assert database_now is not None
     assert abs(database_now - job.now_us()) < 5_000_000
-    await jobs._follow_store_clock()
-    assert abs(jobs._clock() - job.now_us()) < 1_000_000
+    await jobs._clock.follow(jobs.store.now_us)
+    assert abs(jobs._clock.now() - job.now_us()) < 1_000_000
     await table.close()
 
 

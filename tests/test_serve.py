@@ -360,18 +360,17 @@ async def test_due_times_already_past_do_not_crowd_out_a_later_one(
     _started_at.clear()
     _arrived.clear()
     _release_busy = asyncio.Event()
-    monkeypatch.setattr("nilo_job._queue._DUE_KNOWN_MOST", 16)
+    monkeypatch.setattr("nilo_job._wakeups._DUE_KNOWN_MOST", 16)
     jobs = job.Jobs(
         kinds=[Busy, Later, Counted], store=job.Memory(bytes=1 << 20), workers=1, poll_ms=60_000
     )
-    ahead = 0  # the queue's clock runs this far ahead of the host's (µs)
-    jobs._clock = lambda: job.now_us() + ahead
+    clock = jobs._clock  # the queue's clock; it runs offset_us ahead of the host's
     async with jobs.serving(grace_ms=1_000):
         await jobs.push(Busy())
         await _wait_mark("busy")
         for n in range(40):  # due in 50 ms, while the one worker is busy
             await jobs.push(Counted(n), after_ms=50)
-        ahead = 100_000  # ...and now past due, the worker still busy
+        clock.offset_us = 100_000  # ...and now past due, the worker still busy
         pushed = job.now_us()
         await jobs.push(Later(), after_ms=300)
         _reset(40)

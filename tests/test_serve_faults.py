@@ -156,7 +156,7 @@ async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store:
     store.push = held  # type: ignore[method-assign]
     turns = 0
     turned = asyncio.Event()
-    ahead = jobs._ahead
+    ahead = jobs._server._ahead
 
     def counting() -> int:  # called once per pass of the claim loop
         nonlocal turns
@@ -164,13 +164,13 @@ async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store:
         turned.set()
         return ahead()
 
-    jobs._ahead = counting  # type: ignore[method-assign]
+    jobs._server._ahead = counting  # type: ignore[method-assign]
     async with jobs.serving(grace_ms=5_000):
         await until_idle(jobs)
         space.armed = True  # the push's own status write fails
         pushing = asyncio.create_task(jobs.push(Quick(1)))
         async with asyncio.timeout(10):
-            while jobs._feed is None or jobs._feed.promised == 0:  # noqa: ASYNC110 (turns of the loop, bounded)
+            while jobs._wakeups.feed is None or jobs._wakeups.feed.promised == 0:  # noqa: ASYNC110 (turns of the loop, bounded)
                 await asyncio.sleep(0)
             # The claim loop's poll ends while the push is in flight: it sees no free worker
             # (the idle one is promised) and waits for a wake-up, with no timeout.
@@ -259,7 +259,7 @@ async def test_a_timed_out_thread_keeps_its_worker_when_recording_its_end_fails(
                 await space.failed.wait()  # Stuck timed out; writing its end fails
             free = False
             for _ in range(200):  # a bounded number of turns of the loop
-                feed = jobs._feed
+                feed = jobs._wakeups.feed
                 if _probe_saw or (feed is not None and feed.idle):
                     free = True
                     break
@@ -450,7 +450,7 @@ async def test_an_end_written_past_the_grace_reaches_observers_and_status(
     async with asyncio.timeout(10):
         while not (writes and len(_ran) == 2):  # noqa: ASYNC110 (turns of the loop, bounded)
             await asyncio.sleep(0)
-    feed = jobs._feed
+    feed = jobs._wakeups.feed
     assert feed is not None
     stopping = asyncio.create_task(_stop(serving))
     async with asyncio.timeout(10):
@@ -492,7 +492,7 @@ async def test_a_claimed_push_cancelled_before_its_group_was_sent_writes_nothing
         second = asyncio.create_task(jobs.push(Quick(2)))
         for _ in range(5):
             await asyncio.sleep(0)
-        assert jobs._push_one.pending, "B should wait in the group"
+        assert jobs._producer.grouped.pending, "B should wait in the group"
         second.cancel()  # B's caller gives up before B's group is sent
         with pytest.raises(asyncio.CancelledError):
             async with asyncio.timeout(10):
@@ -500,7 +500,7 @@ async def test_a_claimed_push_cancelled_before_its_group_was_sent_writes_nothing
         gate.set()
         async with asyncio.timeout(10):
             await first
-            await jobs._push_one.idle()
+            await jobs._producer.grouped.idle()
             await asyncio.gather(*writes)
     assert len(writes) == 1, "B's row was written although B was cancelled before its group went"
     assert 2 not in _ran
@@ -591,7 +591,7 @@ async def test_pushes_group_again_on_a_loop_after_the_sync_face_used_another(
     # The bridge's loop, in its thread (this test's loop is not serving).
     first = await asyncio.to_thread(jobs.sync.push, Quick(0))
     assert isinstance(first, int)
-    assert not jobs._push_one.busy
+    assert not jobs._producer.grouped.busy
     calls: list[int] = []
     real = store.push
 

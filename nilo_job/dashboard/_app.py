@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import Cron, Every, JobError, Jobs, Refusal, now_us
-from .._queue import SCHEDULE_KEY  # the key a schedule's next tick holds (seed)
+from .._ticks import SCHEDULE_KEY  # the key a schedule's next tick holds
 from ..store.contract import ROW_STATES, RowView
 from ._render import Mode, Page, ScheduleView, render
 from ._session import Sessions, check_secret

@@ -50,7 +50,7 @@ def dashboard_command(
         ) from None
 
     from .._errors import Refusal
-    from ..cli import load
+    from .._load import load
     from ._app import dashboard_app
 
     jobs = load(target)

@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 from .._values import Stats
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "ROW_STATES",
     "Claimed",
     "DeadRow",
@@ -32,6 +34,10 @@ __all__ = [
     "Store",
     "check_state",
 ]
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of the integers a store keeps (ids, and times in µs since the epoch)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,125 @@
+"""Writing ends: how the end of a claimed row, once decided, reaches the store.
+
+An end (done, a retry at a time, dead, or given back unrun) is decided by `_policy` and written
+here with `store.finish`. Under serve the ends of concurrent runs share one `finish` (a group
+commit, `Grouped`), written by a task of the group's own, so an end whose run has returned is
+written even when its row's task is cancelled by a stop past its grace. An end the store cannot
+take because it is unreachable is tried again for as long as the row's lease lasts: past it
+another worker may take the row, and this end no longer matters (the row runs again: at least
+once). Work left to finish after its caller has gone (a row given back as serve stopped, the
+record of an end written late) runs in background tasks that serve's stop and later pushes wait
+for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from ._errors import StoreUnavailable
+from ._grouped import Grouped
+from .store.contract import Claimed, End, Released, Store
+
+log = logging.getLogger("nilo_job")
+
+
+def released(row: Claimed) -> Released:
+    """The end of a claimed row given back unrun: queued again, due when it was, its attempt
+    uncounted."""
+    return Released(row.id, row.attempts, row.run_at)
+
+
+class Ends:
+    """The ends of one queue's rows, written to `store`.
+
+    Args:
+        store: the queue's store.
+        lease_ms: the queue's lease, in milliseconds: how long an end is tried again through
+            an outage.
+    """
+
+    def __init__(self, store: Store, lease_ms: int) -> None:
+        self.store = store
+        self.lease_ms = lease_ms
+        self.group: Grouped[End, bool] | None = None  # while serve runs
+        self.background: set[asyncio.Task[Any]] = set()
+
+    async def _finish(self, ends: list[End]) -> list[bool]:
+        return await self.store.finish(ends)
+
+    def start_grouping(self) -> None:
+        """serve begins: ends from now on share `finish` calls, written by the group's task."""
+        self.group = Grouped(self._finish, detached=True)
+
+    async def stop_grouping(self) -> None:
+        """serve ends: until the groups waiting now are written, then ends go one by one."""
+        group = self.group
+        if group is not None:
+            with contextlib.suppress(Exception):
+                await group.idle()  # it shields the write itself
+        self.group = None
+
+    async def write(
+        self,
+        kind: str,
+        row: Claimed,
+        end: End,
+        late: Callable[[bool], None] | None = None,
+    ) -> bool | None:
+        """Write `end` of `row` (of kind `kind`): whether it applied (False: the lease was lost
+        to another worker), or None when the store stayed unreachable for the whole lease (the
+        row is then taken again after its lease).
+
+        Under serve the end goes to the group, which writes it even if this task is cancelled
+        meanwhile; `late` is then called with its answer.
+
+        Raises:
+            Exception: anything but `StoreUnavailable` that the store raised.
+        """
+        deadline = time.monotonic() + self.lease_ms / 1_000
+        pause = 0.05
+        while True:
+            try:
+                group = self.group
+                if group is None:
+                    (applied,) = await self.store.finish([end])
+                else:
+                    applied = await group.submit(end, late)
+            except StoreUnavailable as error:
+                if time.monotonic() + pause > deadline:
+                    log.error(
+                        "%s row %d: its end could not be written (%s); the row runs again "
+                        "once its lease has passed",
+                        kind, row.id, error, extra={"kind": kind, "row": row.id},
+                    )  # fmt: skip
+                    return None
+                log.warning(
+                    "%s row %d: writing its end failed (%s); trying again in %.2f s",
+                    kind, row.id, error, pause, extra={"kind": kind, "row": row.id},
+                )  # fmt: skip
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            else:
+                return applied
+
+    async def give_back(self, rows: Sequence[Claimed]) -> None:
+        """Queue `rows` again unrun, in one `finish` that a cancel of the caller does not cut
+        short; a failure leaves them to their lease."""
+        if rows:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.finish([released(row) for row in rows]))
+
+    def later(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run `work` in a background task that `settled()` waits for."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def settled(self) -> None:
+        """Until the background work started so far has finished."""
+        if self.background:
+            await asyncio.wait(set(self.background))

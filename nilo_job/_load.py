@@ -1,0 +1,60 @@
+"""Finding the queue a command names: `module:attr`, imported as uvicorn imports an app.
+
+The command line's worker, check and operator commands, and the dashboard's command, all start
+from here. Every failure is a `click.ClickException` with one sentence, never a traceback from
+inside the library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from ._errors import Refusal
+from ._queue import Jobs
+
+
+def load(target: str) -> Jobs:
+    """The `job.Jobs` that `module:attr` names.
+
+    Raises:
+        click.ClickException: the target is malformed, cannot be imported, or is not a queue; a
+            `Refusal` raised while the module builds its queue is shown as its sentence.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.ClickException(f"{target!r}: write module:attr, like myapp.jobs:jobs")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except Refusal as refusal:
+        raise click.ClickException(
+            f"{module_name} defines a queue that cannot work: {refusal}"
+        ) from None
+    except ImportError as error:
+        raise click.ClickException(f"cannot import {module_name}: {error}") from None
+    except Exception:
+        raise click.ClickException(
+            f"importing {module_name} raised:\n{traceback.format_exc(limit=-3)}"
+        ) from None
+    value = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise click.ClickException(f"{module_name} has no attribute {attr}")
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, Jobs):
+        try:
+            value = value()
+        except Refusal as refusal:
+            raise click.ClickException(
+                f"{target} builds a queue that cannot work: {refusal}"
+            ) from None
+    if not isinstance(value, Jobs):
+        raise click.ClickException(f"{target} is a {type(value).__name__}, not a job.Jobs")
+    return value

@@ -1,0 +1,245 @@
+"""The producer: a value pushed becomes a row in the store.
+
+`push`, `push_many` and `push_in` check their options (one of `after_ms` and `at`, a key of at
+most 64 bytes, a time a store can hold), encode the value with its kind's codec (refusing what
+would not come back equal), and write the row: alone when nothing else is being written,
+grouped with concurrent pushes of this queue otherwise (`Grouped`), or through the caller's own
+transaction (`push_in`). `within` asks a Space before the table. After the write, serve in this
+process is woken for the row (`Wakeups`), or, when one of its workers is idle on this event loop
+and the row is due now, the row is inserted already claimed and handed to that worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import Sequence
+from datetime import datetime
+
+from ._clock import Clock, datetime_to_us
+from ._ends import Ends, released
+from ._errors import Refusal
+from ._feed import Feed
+from ._grouped import Grouped
+from ._kinds import MAX_NAME_BYTES, Kind
+from ._observe import Observers
+from ._spaces import Space
+from ._status import Statuses
+from ._values import State
+from ._wakeups import Wakeups
+from .store.contract import INT64_MAX, INT64_MIN, Claimed, NewRow, Store
+
+
+class Producer:
+    """Pushes rows of one queue's kinds.
+
+    Args:
+        kinds: the queue's kinds by class.
+        store: where rows are written.
+        clock: the queue's clock, for `after_ms` and a claim made at push.
+        lease_ms: the lease a row claimed at push gets, in milliseconds.
+        statuses, observers, wakeups, ends: the queue's parts this writes through.
+    """
+
+    def __init__(
+        self,
+        *,
+        kinds: dict[type, Kind],
+        store: Store,
+        clock: Clock,
+        lease_ms: int,
+        statuses: Statuses,
+        observers: Observers,
+        wakeups: Wakeups,
+        ends: Ends,
+    ) -> None:
+        self.kinds = kinds
+        self.store = store
+        self.clock = clock
+        self.lease_ms = lease_ms
+        self.statuses = statuses
+        self.observers = observers
+        self.wakeups = wakeups
+        self.ends = ends
+        # Concurrent pushes of this queue share a transaction (see Grouped).
+        self.grouped: Grouped[NewRow, int | None] = Grouped(self._write)
+
+    async def _write(self, rows: list[NewRow]) -> list[int | None]:
+        return await self.store.push(rows)
+
+    def new_row(
+        self, value: object, after_ms: int | None, at: int | datetime | None, unique: str | None
+    ) -> tuple[Kind, NewRow]:
+        """`value` as a row to insert, its options checked.
+
+        Raises:
+            Refusal: `value` is not of a kind of this queue, the options cannot go together, or
+                the payload cannot round-trip.
+        """
+        kind = self.kinds.get(type(value))
+        if kind is None:
+            known = ", ".join(cls.__name__ for cls in self.kinds)
+            raise Refusal(
+                f"{type(value).__name__} is not a kind of this queue ({known}): add it to "
+                "job.Jobs(kinds=[...])"
+            )
+        if after_ms is not None and at is not None:
+            raise Refusal("push takes after_ms or at, not both: one says when the row is due")
+        if after_ms is not None:
+            if isinstance(after_ms, bool) or not isinstance(after_ms, int) or after_ms < 0:
+                raise Refusal(f"after_ms={after_ms!r}: a whole number of milliseconds, 0 or more")
+            run_at = self.clock.now() + after_ms * 1_000
+        elif at is not None:
+            if isinstance(at, datetime):
+                run_at = datetime_to_us(at)
+            elif isinstance(at, bool) or not isinstance(at, int):
+                raise Refusal(f"at={at!r}: microseconds since the epoch (int) or an aware datetime")
+            else:
+                run_at = at
+        else:
+            run_at = self.clock.now()
+        if not INT64_MIN <= run_at <= INT64_MAX:
+            raise Refusal(
+                f"the row would be due at {run_at} µs since the epoch, which no store can hold "
+                "(64-bit microseconds reach the year 294,247): pass a nearer time"
+            )
+        if unique is not None:
+            if not isinstance(unique, str) or not unique:
+                raise Refusal(f"unique={unique!r}: a non-empty str key")
+            if len(unique.encode()) > MAX_NAME_BYTES:
+                raise Refusal(
+                    f"unique is {len(unique.encode())} bytes; a key is at most {MAX_NAME_BYTES}"
+                    " bytes: hash or shorten it"
+                )
+        return kind, NewRow(kind.name, kind.codec.encode(value), run_at, unique)
+
+    async def push(
+        self,
+        value: object,
+        after_ms: int | None,
+        at: int | datetime | None,
+        unique: str | None,
+        within: Space | None,
+    ) -> int | None:
+        """`Jobs.push`: the new row's id, or None when its key was taken."""
+        if within is not None and unique is None:
+            raise Refusal("push(within=...) needs unique=...: the window has to remember a key")
+        if within is not None and not isinstance(within, Space):
+            raise Refusal(f"within={within!r}: pass a job.MemorySpace or job.RedisSpace")
+        kind, row = self.new_row(value, after_ms, at, unique)
+        mark = f"within:{kind.name}:{unique}" if within is not None else ""
+        if within is not None and not await within.add(mark, b"1"):
+            return None
+        feed = self.wakeups.idle_feed(row.run_at)
+        claimed_at = 0
+        if feed is not None:  # a worker of this process is idle: the row is claimed for it
+            claimed_at = self.clock.now()
+            row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
+        try:
+            with self.observers.pushing(kind.name):
+                if feed is None:
+                    row_id = await self.grouped(row)
+                else:
+                    row_id = await self._push_claimed(feed, kind, row, claimed_at)
+                self.observers.pushed([row], [row_id])
+        except BaseException:
+            if within is not None:
+                await within.delete(mark)
+            raise
+        if row_id is None:
+            return None
+        try:
+            await self.statuses.put(row_id, State.QUEUED, 0)  # before the run's own statuses
+        finally:
+            if feed is None:
+                self.wakeups.wake_at(row.run_at)
+            else:
+                self.hand_over(feed, kind, row, row_id, claimed_at)
+        if self.ends.background:  # serve stopped meanwhile: its row is being queued again
+            await self.ends.settled()
+        return row_id
+
+    async def _push_claimed(
+        self, feed: Feed, kind: Kind, row: NewRow, claimed_at: int
+    ) -> int | None:
+        """Push `row`, inserted already claimed for `feed`'s idle worker; the caller hands it
+        over (`hand_over`) once it has written the row's status.
+
+        Meanwhile that worker is promised the row, so that the claim loop does not claim for it
+        too. A push cancelled before its row was sent writes nothing; one cancelled after lets
+        the write finish and hands the row over itself, never leaving it running and unrun for
+        a lease.
+        """
+        feed.promised += 1
+        write = asyncio.ensure_future(self.grouped(row))
+        try:
+            return await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if not write.done() and not self.grouped.in_flight(row):
+                write.cancel()  # not sent: nothing is written (a group drops it)
+            else:
+                write.add_done_callback(
+                    functools.partial(self._hand_over_written, feed, kind, row, claimed_at)
+                )
+            raise
+        finally:
+            feed.promised -= 1
+            if not write.done() or write.cancelled() or write.exception() is not None:
+                self.wakeups.wake_at(None)  # the promised worker is idle still: claim for it
+
+    def _hand_over_written(
+        self,
+        feed: Feed,
+        kind: Kind,
+        row: NewRow,
+        claimed_at: int,
+        write: asyncio.Future[int | None],
+    ) -> None:
+        """`hand_over` for a push whose caller was cancelled while its row was written."""
+        if not write.cancelled() and write.exception() is None:
+            row_id = write.result()
+            if row_id is not None:
+                self.hand_over(feed, kind, row, row_id, claimed_at)
+            else:
+                self.wakeups.wake_at(None)  # its key was taken: the promised worker is idle
+
+    def hand_over(self, feed: Feed, kind: Kind, row: NewRow, row_id: int, claimed_at: int) -> None:
+        """Give the row a push claimed for `feed` to serve's workers; if serve has stopped
+        meanwhile, queue it again unrun."""
+        claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
+        if not feed.closed:
+            feed.put([claimed], claimed_at)
+            return
+        self.ends.later(self.ends.write(kind.name, claimed, released(claimed)))
+
+    async def push_many(
+        self, values: Sequence[object], after_ms: int | None, at: int | datetime | None
+    ) -> list[int]:
+        """`Jobs.push_many`: the new rows' ids, in order."""
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise Refusal("push_many takes a list of values (instances of the queue's kinds)")
+        made = [self.new_row(value, after_ms, at, None) for value in values]
+        if not made:
+            return []
+        rows = [row for _kind, row in made]
+        with self.observers.pushing(rows[0].kind):
+            ids = await self.store.push(rows)
+            self.observers.pushed(rows, ids)
+        self.wakeups.wake_at(min(row.run_at for row in rows))
+        return [row_id for row_id in ids if row_id is not None]
+
+    async def push_in(
+        self,
+        tx: object,
+        value: object,
+        after_ms: int | None,
+        at: int | datetime | None,
+        unique: str | None,
+    ) -> int | None:
+        """`Jobs.push_in`: the new row's id (visible once `tx` commits), or None."""
+        kind, row = self.new_row(value, after_ms, at, unique)
+        with self.observers.pushing(kind.name):
+            (row_id,) = await self.store.push_in(tx, [row])
+            self.observers.pushed([row], [row_id])
+        return row_id

@@ -1,0 +1,298 @@
+"""Running one claimed row: from the row a claim took to the end written for it.
+
+`Runner.execute` takes a `Claimed` row up to its run and back down to the store: a schedule's
+tick is dropped when missed or hands its key on; the payload is decoded (a row whose JSON no
+longer fits its class dies as `BadPayload` without running); the run is called with its
+arguments (`_calling`), under its timeout, in a thread when it is sync; the outcome becomes an
+end (`_policy.decide`), which is written (`_ends`) and then told to the observers, the log, the
+status Space and serve's wake-ups (a retry's wait, the next tick). Serve and the test helpers
+both run rows through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from . import _policy
+from ._calling import Execution, arguments, call_async, call_in_thread
+from ._ends import Ends
+from ._errors import BadPayload, LeaseLost
+from ._kinds import Kind
+from ._observe import Observers, Outcome
+from ._status import Statuses
+from ._ticks import Ticks
+from ._values import Missed, Overlap, State, Tick
+from ._wakeups import Wakeups
+from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying, Store
+
+log = logging.getLogger("nilo_job")
+
+_BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
+
+
+def _nothing() -> None:
+    return None
+
+
+class Runner:
+    """Runs the claimed rows of one queue, one `execute` per row.
+
+    Args:
+        kinds: the queue's kinds by name.
+        queue: the value a run gets for a parameter annotated `job.Jobs`.
+        deps: the object whose fields answer a run's other parameters.
+        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
+        store: for a schedule's key handed on as its tick starts.
+        ends, ticks, statuses, observers, wakeups: the queue's parts this writes through.
+    """
+
+    def __init__(
+        self,
+        *,
+        kinds: dict[str, Kind],
+        queue: object,
+        deps: object,
+        timeout_ms: int,
+        store: Store,
+        ends: Ends,
+        ticks: Ticks,
+        statuses: Statuses,
+        observers: Observers,
+        wakeups: Wakeups,
+    ) -> None:
+        self.kinds = kinds
+        self.queue = queue
+        self.deps = deps
+        self.timeout_ms = timeout_ms
+        self.store = store
+        self.ends = ends
+        self.ticks = ticks
+        self.statuses = statuses
+        self.observers = observers
+        self.wakeups = wakeups
+        # Rows this process holds, by id, until their execution (thread included) has ended.
+        self.busy: dict[int, Execution] = {}
+        self.progress_of: dict[int, int] = {}
+        self.run_s: float | None = None  # recent seconds per run (a moving average)
+
+    async def execute(
+        self, row: Claimed, clock: Callable[[], int], free: Callable[[], None] = _nothing
+    ) -> bool:
+        """Run one claimed row to its end and write the end. True if `run` was called.
+
+        `clock()` is the tick's clock (µs). `free()` is called once the row no longer needs its
+        worker: an async run's as soon as its run has returned, before its end is written
+        (serve's worker takes its next row meanwhile); otherwise when everything here is over.
+        """
+        kind = self.kinds[row.kind]
+        then: NewRow | None = None
+        if self.ticks.holds_schedule(kind, row):
+            now = clock()
+            if _policy.tick_is_missed(kind, row.run_at, now) and kind.missed is Missed.DROP:
+                log.info(
+                    "%s row %d: tick due at %d is later than its successor; dropped",
+                    kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
+                )  # fmt: skip
+                next_tick = self.ticks.next_row(kind, row.run_at, now)
+                await self._end(kind, row, Done(row.id, row.attempts, next_tick), dropped=True)
+                return False
+            if kind.overlap is Overlap.QUEUE:
+                # The next tick may start while this one runs: hand the key on now.
+                next_tick = self.ticks.next_row(kind, row.run_at, now)
+                if await self.store.hand_on(row.id, row.attempts, next_tick):
+                    self.wakeups.wake_at(next_tick.run_at)
+            else:
+                then = self.ticks.next_row(kind, row.run_at, now)  # recomputed when it ends
+        try:
+            value = kind.codec.decode(row.payload)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            log.warning(
+                "%s row %d is dead: its payload no longer fits %s (%s)",
+                kind.name, row.id, kind.cls.__name__, error,
+                extra={"kind": kind.name, "row": row.id, "error": "BadPayload"},
+            )  # fmt: skip
+            end = Died(row.id, row.attempts, clock(), BadPayload.__name__, str(error), then)
+            await self._end(kind, row, end)
+            return False
+        # Two executions of one row never overlap in this process: while a timed-out sync run's
+        # thread is still going, a new claim of its row is given back, due a second later.
+        previous = self.busy.get(row.id)
+        if previous is not None and not previous.done:
+            log.info(
+                "%s row %d: an earlier run's thread is still going here; the row is queued "
+                "again for a second from now",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+            again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
+            await self.ends.write(kind.name, row, again)
+            return False
+        execution = Execution(lambda: self._forget(row.id, execution))
+        self.busy[row.id] = execution
+        try:
+            return await self._run(kind, row, value, clock, execution, then is not None, free)
+        finally:
+            if kind.is_async or not execution.thread_started:
+                execution.end()
+
+    def _forget(self, row_id: int, execution: Execution) -> None:
+        if self.busy.get(row_id) is execution:
+            del self.busy[row_id]
+
+    async def _run(
+        self,
+        kind: Kind,
+        row: Claimed,
+        value: object,
+        clock: Callable[[], int],
+        execution: Execution,
+        hand_on_at_end: bool,
+        free: Callable[[], None],
+    ) -> bool:
+        started = clock()
+        tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
+        self.progress_of.pop(row.id, None)
+        kwargs = arguments(kind, tick, started, self.queue, self.deps)
+        timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
+        error: BaseException | None = None
+        watch = self.observers.running(kind.name, tick)
+        began = time.monotonic()
+        try:
+            # Inside the try: a stop while the status is written gives the row back too.
+            await self.statuses.put(row.id, State.RUNNING, row.attempts)
+            with watch:
+                if kind.is_async:
+                    await call_async(kind, value, kwargs, timeout_s)
+                else:
+                    await call_in_thread(kind, value, kwargs, timeout_s, execution)
+        except asyncio.CancelledError as cancelled:
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                error = cancelled  # raised by the run itself: a failure like any other
+            elif kind.is_async or not execution.thread_started or execution.done:
+                # The worker is shutting down past its grace: give the row back unrun.
+                given_back = Released(row.id, row.attempts, clock())
+                await asyncio.shield(self._end(kind, row, given_back, time.monotonic() - began))
+                raise
+            else:
+                # A thread cannot be stopped: the row stays running under its lease, so that
+                # nobody starts it again while the thread may still be at it.
+                raise
+        except KeyboardInterrupt:
+            if kind.is_async:
+                raise  # a Ctrl-C of this process, not the run's doing
+            error = KeyboardInterrupt("the run raised KeyboardInterrupt")
+        except BaseException as failure:
+            error = failure  # SystemExit and the like from a run end the attempt, not the worker
+        seconds = time.monotonic() - began
+        self.run_s = seconds if self.run_s is None else 0.8 * self.run_s + 0.2 * seconds
+        ended = clock()
+        # Overlap.SKIP: the next tick is computed from the clock when the run ends.
+        then = self.ticks.next_row(kind, row.run_at, ended) if hand_on_at_end else None
+        end = _policy.decide(kind, row, error, ended, then)
+        if kind.is_async:
+            free()
+        # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
+        # group, which writes it whatever happens to this task; only this process's
+        # bookkeeping of it (observers, status) is skipped.
+        try:
+            await self._end(kind, row, end, seconds)
+        finally:
+            task = asyncio.current_task()
+            if not kind.is_async and not (task is not None and task.cancelling()):
+                # A timed-out thread still running keeps its worker slot until it returns,
+                # even when recording its end failed.
+                await execution.wait()
+        return True
+
+    async def _end(
+        self, kind: Kind, row: Claimed, end: End, seconds: float = 0.0, *, dropped: bool = False
+    ) -> None:
+        """Write `end`, then tell the observers, the log and the status Space how it went."""
+        late = functools.partial(self._recorded_late, kind, row, end, seconds, dropped)
+        applied = await self.ends.write(kind.name, row, end, late)
+        await self._record(kind, row, end, seconds, dropped, applied)
+
+    def _recorded_late(
+        self, kind: Kind, row: Claimed, end: End, seconds: float, dropped: bool, applied: bool
+    ) -> None:
+        """An end written after its row's task was cancelled: record it in a task of its own
+        (which serve's stop waits for)."""
+        self.ends.later(self._record(kind, row, end, seconds, dropped, applied))
+
+    async def _record(
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float,
+        dropped: bool,
+        applied: bool | None,
+    ) -> None:
+        if applied is None:
+            return
+        fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
+        outcome: Outcome = "lost" if not applied else "dropped" if dropped else _outcome(end)
+        self.observers.ended(kind.name, outcome, _error_of(end), seconds)
+        if not applied:
+            log.warning(
+                "%s row %d: the lease ran out and another worker took the row; this attempt's "
+                "end was not written",
+                kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
+            )  # fmt: skip
+            return
+        if isinstance(end, Retrying | Released):
+            self.wakeups.wake_at(end.run_at)  # a retry's wait, or a row given back
+        if end.then is not None:
+            self.wakeups.wake_at(end.then.run_at)  # a schedule's next tick
+        progress = self.progress_of.pop(row.id, None)
+        if isinstance(end, Done):
+            await self.statuses.put(row.id, State.DONE, row.attempts, progress)
+        elif isinstance(end, Retrying):
+            wait_ms = kind.retry.wait_ms(row.attempts)
+            log.warning(
+                "%s row %d failed with %s on attempt %d; retrying in %.1f s",
+                kind.name, row.id, end.error, row.attempts, wait_ms / 1_000,
+                extra={**fields, "error": end.error, "wait_ms": wait_ms},
+            )  # fmt: skip
+            await self.statuses.put(row.id, State.QUEUED, row.attempts)
+        elif isinstance(end, Died):
+            log.warning(
+                "%s row %d failed with %s on attempt %d and is dead",
+                kind.name, row.id, end.error, row.attempts,
+                extra={**fields, "error": end.error},
+            )  # fmt: skip
+            await self.statuses.put(row.id, State.DEAD, row.attempts, progress)
+        else:
+            await self.statuses.put(row.id, State.QUEUED, row.attempts - 1)
+
+    async def progress(self, row_id: int, n: int) -> None:
+        """Record `n` as the progress of `row_id`'s run, if it runs in this process and the
+        queue has a status Space; a no-op otherwise."""
+        if self.statuses.space is None or row_id not in self.busy:
+            return
+        self.progress_of[row_id] = n
+        current = await self.statuses.get(row_id)
+        state, attempts = (
+            (State.RUNNING, 0) if current is None else (current.state, current.attempts)
+        )
+        await self.statuses.put(row_id, state, attempts, n)
+
+
+def _outcome(end: End) -> Outcome:
+    if isinstance(end, Done):
+        return "done"
+    if isinstance(end, Retrying):
+        return "retrying"
+    if isinstance(end, Died):
+        return "dead"
+    return "released"
+
+
+def _error_of(end: End) -> str | None:
+    return end.error if isinstance(end, Retrying | Died) else None

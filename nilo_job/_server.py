@@ -1,0 +1,311 @@
+"""The server: `serve` and `serving`, the worker loop of one process.
+
+One claim loop per process claims due rows for the workers that are free (and, while runs are
+fast, a few more: claiming ahead), and puts them on the feed; `workers` long-lived worker tasks
+each take a row from the feed and start it in a task of its own (`Runner.execute`). With nothing
+due the loop sleeps `poll_ms`, or until a wake-up (`Wakeups`): a push, a row falling due, another
+process's NOTIFY. It follows the store's clock where the store has one. A stop gives back the
+rows claimed and not started, lets running rows finish for a grace period, then cancels them
+and gives their rows back unrun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from ._clock import Clock, now_us
+from ._ends import Ends, released
+from ._errors import Refusal
+from ._feed import Feed
+from ._kinds import Kind
+from ._observe import Observers
+from ._runner import Runner
+from ._ticks import Ticks
+from ._wakeups import Wakeups
+from .store.contract import Claimed, Store
+
+log = logging.getLogger("nilo_job")
+
+_CLOCK_EVERY_US = 60_000_000  # how often serve measures the store's clock again
+_AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
+_AHEAD_MAX = 8  # and at most this many rows per worker
+
+
+def _settle(future: asyncio.Future[None], *_done: object) -> None:
+    """Resolve `future` unless it is already (a callback for free() and for a task's end)."""
+    if not future.done():
+        future.set_result(None)
+
+
+class Server:
+    """Serves one queue in this process.
+
+    Args:
+        store: the queue's store.
+        kinds: the queue's kinds by name (their timeouts decide whether a row claimed ahead
+            can still start).
+        clock: the queue's clock, which serve keeps in step with the store's.
+        workers: rows running at once.
+        poll_ms: the longest sleep with nothing due, in milliseconds.
+        lease_ms: the lease a claim takes, in milliseconds.
+        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
+        runner, ends, ticks, observers, wakeups: the queue's parts this drives.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        kinds: dict[str, Kind],
+        clock: Clock,
+        workers: int,
+        poll_ms: int,
+        lease_ms: int,
+        timeout_ms: int,
+        runner: Runner,
+        ends: Ends,
+        ticks: Ticks,
+        observers: Observers,
+        wakeups: Wakeups,
+    ) -> None:
+        self.store = store
+        self.kinds = kinds
+        self.names = tuple(kinds)
+        self.clock = clock
+        self.workers = workers
+        self.poll_ms = poll_ms
+        self.lease_ms = lease_ms
+        self.timeout_ms = timeout_ms
+        self.runner = runner
+        self.ends = ends
+        self.ticks = ticks
+        self.observers = observers
+        self.wakeups = wakeups
+        self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
+
+    def alive(self) -> bool:
+        """False once serve was started and its task has ended; True otherwise."""
+        return self.task is None or not self.task.done()
+
+    async def serve(self, grace_ms: int, ready: asyncio.Event | None = None) -> None:
+        """`Jobs.serve`; `ready` is set once pushes from this loop reach it (its wake-up exists).
+
+        Raises:
+            Refusal: serve already runs on this queue.
+            StoreUnavailable: at start, the store cannot be reached or its table is not usable.
+        """
+        if self.task is not None and not self.task.done():
+            raise Refusal("this job.Jobs is already serving: call serve() once per queue")
+        await self.store.open()
+        await self.store.check()
+        await self.clock.follow(self.store.now_us)
+        wakeup = self.wakeups.start(asyncio.get_running_loop())
+        if ready is not None:
+            ready.set()
+        try:
+            await self.ticks.seed_at(self.clock.now())  # its due times go to the wake-ups
+        except BaseException:
+            self.wakeups.stop()
+            raise
+        self.task = asyncio.current_task()
+        feed = self.wakeups.feed = Feed(wakeup)
+        self.ends.start_grouping()
+        workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
+        watching = asyncio.create_task(self.store.watch(self.wakeups.wake_at))
+        log.info("serving %s with %d workers", ", ".join(self.names), self.workers)
+        try:
+            await self._claim_loop(feed, wakeup)
+        finally:
+            watching.cancel()
+            try:
+                await self._stop(feed, workers, grace_ms)
+            finally:
+                self.wakeups.feed = None
+                self.ends.group = None
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watching
+                self.wakeups.stop()
+
+    @contextlib.asynccontextmanager
+    async def serving(self, grace_ms: int) -> AsyncIterator[None]:
+        """`Jobs.serving`: serve in a task for the body of the block."""
+        # A store that cannot be reached, or a missing table, is raised here rather than lost
+        # in the background task.
+        await self.store.open()
+        await self.store.check()
+        ready = asyncio.Event()
+        task = asyncio.create_task(self.serve(grace_ms, ready))
+        try:
+            # Into the block once serve hears this loop's pushes: a row pushed for later at
+            # once is then woken for when due, not found a poll later.
+            started = asyncio.ensure_future(ready.wait())
+            try:
+                await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                started.cancel()
+            if task.done():
+                task.result()  # serve failed as it started: its error, here
+            yield
+        finally:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this block itself was cancelled (a timeout around it, say)
+
+    async def _claim_loop(self, feed: Feed, wakeup: asyncio.Event) -> None:
+        """Claim for the workers waiting on `feed`, hand the rows over, repeat.
+
+        While runs are fast it claims ahead (`_ahead`), and claims the next batch once half of
+        what waits is taken, so that workers seldom wait for a claim's round trip. With nothing
+        due it sleeps `poll_ms`, or until a wake-up.
+        """
+        poll_s = self.poll_ms / 1_000
+        while True:
+            wakeup.clear()
+            ahead = self._ahead()
+            waiting = len(feed.rows)
+            feed.low = ahead // 2
+            idle = len(feed.idle) - feed.promised  # a push may be claiming for the others
+            limit = idle + ahead - waiting
+            if limit <= 0 or (idle <= 0 and waiting > feed.low):
+                # Until a worker goes idle or takes rows (or, to be safe, the poll).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll_s):
+                        await wakeup.wait()
+                continue
+            if now_us() - self.clock.measured_at > _CLOCK_EVERY_US:
+                with contextlib.suppress(Exception):
+                    await self.clock.follow(self.store.now_us)
+            now = self.clock.now()
+            try:
+                rows = await self._claim(now, limit)
+            except Exception as error:
+                log.error(
+                    "claim failed with %s: %s; asking again in %.1f s",
+                    type(error).__name__, error, poll_s,
+                    extra={"error": type(error).__name__},
+                )  # fmt: skip
+                await asyncio.sleep(poll_s)
+                continue
+            feed.put(rows, now)
+            if len(rows) < limit:
+                # Nothing more is due now: sleep until a push, a worker asks, a row this
+                # process knows of falls due, or the poll. (asyncio.timeout, not wait_for: on
+                # 3.11 wait_for swallows a cancel that arrives as the wait ends, and serve
+                # would not stop.)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.wakeups.sleep_s(poll_s, now)):
+                        await wakeup.wait()
+
+    async def _claim(self, now: int, limit: int) -> list[Claimed]:
+        """A claim that, when serve is cancelled mid-claim, gives the rows it took back.
+
+        The store may finish the claim in its own thread after the cancel arrives; without this
+        those rows would sit as running until their lease ran out.
+        """
+        claim = asyncio.ensure_future(
+            self.store.claim(self.names, now, now + self.lease_ms * 1_000, limit)
+        )
+        began = time.monotonic()
+        try:
+            rows = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await self.ends.give_back(await claim)
+            raise
+        if self.observers.all:
+            self.observers.claimed(rows, now, began)
+        return rows
+
+    def _ahead(self) -> int:
+        """How many rows to claim beyond the free workers: as many as the workers would start
+        within `_AHEAD_S` at the runs' recent pace, at most `_AHEAD_MAX` per worker, and none
+        while runs are slow (a slow row waiting here is a row another process could run)."""
+        pace = self.runner.run_s
+        if pace is None:
+            return 0
+        return min(self.workers * _AHEAD_MAX, int(self.workers * _AHEAD_S / max(pace, 1e-6)))
+
+    async def _worker(self, feed: Feed) -> None:
+        """One of serve's `workers`: take a claimed row from `feed`, run it to its end, repeat,
+        until the feed is closed."""
+        while True:
+            taken = await feed.get()
+            if taken is None:
+                return
+            row, claimed_at = taken
+            if not self._still_leased(row, claimed_at):
+                with contextlib.suppress(Exception):
+                    await self.ends.write(row.kind, row, released(row))
+                continue
+            freed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            # A task of its own, so that each run has its own context (contextvars); it goes
+            # on writing the end after freeing its worker, which takes the next row.
+            task = asyncio.create_task(self._execute(row, functools.partial(_settle, freed)))
+            feed.tasks.add(task)
+            task.add_done_callback(feed.tasks.discard)
+            task.add_done_callback(functools.partial(_settle, freed))
+            await freed
+
+    async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
+        try:
+            await self.runner.execute(row, self.clock.now, free)
+        except Exception:
+            # A status space or store failing outside what the runner handles: the row is left
+            # to its lease (it runs again), and serve goes on.
+            log.exception(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                row.kind, row.id, extra={"kind": row.kind, "row": row.id},
+            )  # fmt: skip
+
+    def _still_leased(self, row: Claimed, claimed_at: int) -> bool:
+        """Whether a row claimed ahead can still run under its lease: its wait plus its kind's
+        timeout must fit in the lease, or another worker may take it while it runs."""
+        kind = self.kinds[row.kind]
+        timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
+        return self.clock.now() - claimed_at < self.lease_ms * 1_000 - timeout_us
+
+    async def _stop(self, feed: Feed, workers: Sequence[asyncio.Task[None]], grace_ms: int) -> None:
+        """Stop: rows claimed ahead go back unrun; running rows may finish (and write their
+        ends) for `grace_ms`, then are cancelled (their rows are given back).
+
+        A second cancel during the grace period ends it at once.
+        """
+        feed.close()
+        await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        if feed.tasks:
+            log.info(
+                "stopping: %d rows still running, waiting up to %d ms", len(feed.tasks), grace_ms
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_ms / 1_000
+        interrupted = False
+        try:
+            # Workers leave once their row's run is over (a row handed over as the feed closed
+            # included); then the rows' tasks finish writing their ends.
+            await asyncio.wait(workers, timeout=grace_ms / 1_000)
+            if feed.tasks:
+                await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError:
+            interrupted = True
+        late = set(feed.tasks)
+        if late:
+            log.warning("cancelled %d runs past the grace period; their rows are queued again",
+                        len(late))  # fmt: skip
+        for task in (*late, *workers):
+            task.cancel()
+        await asyncio.wait({*late, *workers})
+        # A row a cancelled worker had just been handed.
+        await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        await self.ends.stop_grouping()
+        await self.ends.settled()  # the observers and status of ends written just now
+        if interrupted:
+            raise asyncio.CancelledError
