@@ -12,9 +12,9 @@ Two set-ups, each on a fresh database (PostgreSQL) or file (SQLite):
   the push (to its return); push → the wake-up reaches the serving queue; wake-up → its claim is
   sent; the claim; claim → the run starts.
 
-It wraps a few of the queue's own methods to take the times (`store.push`, `store.claim`,
-the producer's `hand_over`, the wake-ups' `wake_at`), so it is a diagnostic for this version of the code, not a
-benchmark: `bench/run.py` measures W3 from the outside.
+It wraps a few of the queue's own methods to take the times (`store.push`, `store.claim`, the
+producer's `hand_over`, the wake-ups' `wake_at`), so it is a diagnostic for this version of the
+code, not a benchmark: `bench/run.py` measures W3 from the outside.
 """
 
 from __future__ import annotations

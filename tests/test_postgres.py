@@ -340,7 +340,8 @@ async def test_close_while_the_push_connection_opens_leaves_no_connection(pg_url
     pushing = asyncio.create_task(queue.push(Welcome(1)))
     async with asyncio.timeout(10):
         # The connection opens in a few milliseconds: look at every turn of the loop.
-        while not (table._kept_push.lock.locked() and table._kept_push.conn is None):  # noqa: ASYNC110
+        kept = table._connections.kept_push
+        while not (kept.lock.locked() and kept.conn is None):  # noqa: ASYNC110
             await asyncio.sleep(0)
     await table.close()
     assert await pushing is not None

@@ -5,42 +5,37 @@ with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for; the un
 `unique` its verdict (`ON CONFLICT … DO NOTHING RETURNING`); every push sends `NOTIFY nilo_jobs`
 with the row's due time (never the payload), delivered when its transaction commits, and `watch`
 listens for it so idle workers in other processes start at once, or when the row falls due.
+
+This module holds the statements and what they answer; where each finds its connection (pools,
+the connections kept beside them, forks) is `_pg_connections`, and the listener `_pg_listen`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import pq
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
-from .._errors import Refusal, StoreUnavailable
+from .._errors import Refusal
 from .._values import Stats
 from . import _sql
+from ._pg_connections import Connections
+from ._pg_listen import listen
 from ._sql import check_columns, end_statement, unwrap_django
 from ._sql import row_view as _row_view
 from ._sql import rows_statement as _rows_statement
 from .contract import Claimed, DeadRow, Done, End, NewRow, RowView
 
-log = logging.getLogger("nilo_job")
-
 SQL = _sql.load("postgres.sql")
-CHANNEL = "nilo_jobs"
 
 ACCEPTED_TX = (
     "a psycopg Connection or AsyncConnection in a transaction, or a SQLAlchemy Session, "
     "AsyncSession, Connection or AsyncConnection, or Django's connection inside "
     "transaction.atomic()"
 )
-
-_DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
-_WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' connections
 
 
 class PostgresTable:
@@ -56,30 +51,19 @@ class PostgresTable:
     """
 
     def __init__(self, target: str | AsyncConnectionPool[Any], *, max_size: int = 10) -> None:
-        self._pool: AsyncConnectionPool[Any] | None = None
-        self._work_pool: AsyncConnectionPool[Any] | None = None
-        self._kwargs: dict[str, Any] = {}
         if isinstance(target, str):
             self.conninfo = target
-            self._owns_pool = True
+            pool = None
         elif isinstance(target, AsyncConnectionPool):
             self.conninfo = str(target.conninfo)
-            given = target.kwargs if isinstance(target.kwargs, dict) else {}
-            self._kwargs = {k: v for k, v in given.items() if k != "autocommit"}
-            self._pool = target
-            self._owns_pool = False
+            pool = target
         else:
             raise Refusal(
                 f"job.Table({target!r}): pass 'postgresql://user@host/db' or a "
                 "psycopg_pool.AsyncConnectionPool"
             )
         self.max_size = max_size
-        self._opening: asyncio.Lock | None = None
-        # Connections of the store's own, beside its pools: one for one-row pushes, one for
-        # serve's claims (see _Kept).
-        self._kept_push = _Kept(self.conninfo, {})
-        self._kept_claim = _Kept(self.conninfo, {"options": _WORK})
-        self._pid = os.getpid()
+        self._connections = Connections(self.conninfo, pool, max_size)
 
     def __repr__(self) -> str:
         shown = psycopg.conninfo.conninfo_to_dict(self.conninfo)
@@ -94,121 +78,18 @@ class PostgresTable:
 
     # ------------------------------------------------------------------------------ plumbing
 
-    async def _get_pool(self, *, work: bool = False) -> AsyncConnectionPool[Any]:
-        """The pool for pushes and reads, or (`work`) the workers' own pool.
-
-        The workers' connections commit claims and ends with `synchronous_commit = off`: losing
-        one of those to a server crash can only make a row run again, which at-least-once
-        allows, so they need not wait for the WAL to reach the disk. Pushes, cancels and
-        retries of dead rows use the ordinary pool and wait, because losing those loses work.
-        The workers' connections also turn bitmap scans off: a claim walks `nilo_jobs_due` in
-        order and stops after `limit` rows, and on a table not yet analysed the planner may
-        otherwise fetch every due row and sort them, once per claim.
-        """
-        if self._pid != os.getpid():
-            # A forked child: the parent's pools and their connections are not ours.
-            self._pid, self._work_pool, self._opening = os.getpid(), None, None
-            self._kept_push = _Kept(self.conninfo, {})
-            self._kept_claim = _Kept(self.conninfo, {"options": _WORK})
-            if self._owns_pool:
-                self._pool = None
-        current = self._work_pool if work else self._pool
-        if current is not None and not current.closed:
-            return current
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if work and (self._work_pool is None or self._work_pool.closed):
-                self._work_pool = await self._open_pool("nilo-job-work", 4, {"options": _WORK})
-            if not work and (self._pool is None or self._pool.closed):
-                self._pool = await self._open_pool("nilo-job", self.max_size, {})
-                self._owns_pool = True
-        pool = self._work_pool if work else self._pool
-        assert pool is not None
-        return pool
-
-    async def _open_pool(
-        self, name: str, max_size: int, extra: dict[str, Any]
-    ) -> AsyncConnectionPool[Any]:
-        # One plain connection first: a server that is down or a wrong password is said at
-        # once, in the driver's words, instead of after the pool's timeout.
-        try:
-            probe = await psycopg.AsyncConnection.connect(self.conninfo)
-        except _DOWN as error:
-            raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
-        await probe.close()
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self.conninfo,
-            min_size=1,
-            max_size=max_size,
-            kwargs={**self._kwargs, "autocommit": True, **extra},
-            open=False,
-            name=name,
-        )
-        try:
-            await pool.open(wait=True, timeout=10)
-        except _DOWN as error:
-            await pool.close()
-            raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
-        return pool
-
-    async def _run(
-        self,
-        fn: Callable[[psycopg.AsyncConnection[Any]], Any],
-        *,
-        work: bool = False,
-        transaction: bool = True,
-    ) -> Any:
-        """`fn(conn)` on a pooled connection, in one transaction unless `transaction` is False
-        (a single statement commits on its own, saving two round trips); outages are
-        StoreUnavailable."""
-        pool = await self._get_pool(work=work)
-        try:
-            async with pool.connection() as conn:
-                if not transaction:
-                    return await fn(conn)
-                async with conn.transaction():
-                    return await fn(conn)
-        except _DOWN as error:
-            raise StoreUnavailable(f"PostgreSQL: {error}") from error
-
-    async def _kept_run(
-        self, fn: Callable[[psycopg.AsyncConnection[Any]], Any], *, work: bool
-    ) -> Any:
-        """`fn(conn)`, one statement that commits on its own, on the connection kept for it
-        (`work`: serve's claims, else one-row pushes) when that is free, else on a pooled one.
-        A store over an application's pool keeps no connection of its own: it opens nothing
-        behind that pool."""
-        # An unreachable server is said in a sentence here; after a fork, the parent's pools
-        # and kept connections are replaced before either is read below.
-        await self._get_pool(work=work)
-        if self._owns_pool:
-            kept = self._kept_claim if work else self._kept_push
-            done, answer = await kept.run(fn)
-            if done:
-                return answer
-        return await self._run(fn, work=work, transaction=False)
-
     async def _one(self, query: str, params: Any = None) -> Any:
         async def one(conn: psycopg.AsyncConnection[Any]) -> Any:
             cur = await conn.execute(query, params)
             return await cur.fetchone()
 
-        return await self._run(one, transaction=False)
+        return await self._connections.run(one, transaction=False)
 
     async def open(self) -> None:
-        await self._get_pool()
+        await self._connections.get_pool()
 
     async def close(self) -> None:
-        await self._kept_push.close()
-        await self._kept_claim.close()
-        work, self._work_pool = self._work_pool, None
-        if work is not None:
-            await work.close()
-        pool = self._pool
-        if pool is not None and self._owns_pool:
-            self._pool = None
-            await pool.close()
+        await self._connections.close()
 
     async def ping(self) -> None:
         await self._one("SELECT 1")
@@ -228,14 +109,14 @@ class PostgresTable:
                 if statement.strip():
                     await conn.execute(statement)
 
-        await self._run(create)
+        await self._connections.run(create)
 
     async def check(self) -> None:
         async def columns(conn: psycopg.AsyncConnection[Any]) -> set[str]:
             cur = await conn.execute(SQL["columns"])
             return {row[0] for row in await cur.fetchall()}
 
-        check_columns(repr(self), await self._run(columns, transaction=False))
+        check_columns(repr(self), await self._connections.run(columns, transaction=False))
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -248,9 +129,9 @@ class PostgresTable:
 
         if len(rows) == 1:
             # One row is one statement, which commits on its own: one round trip, not three.
-            alone: list[int | None] = await self._kept_run(push, work=False)
+            alone: list[int | None] = await self._connections.kept_run(push, work=False)
             return alone
-        answers: list[int | None] = await self._run(push)
+        answers: list[int | None] = await self._connections.run(push)
         return answers
 
     async def _push_bulk(self, rows: Sequence[NewRow]) -> list[int | None]:
@@ -270,7 +151,7 @@ class PostgresTable:
             cur = await conn.execute(SQL["push_bulk"], params)
             return [*sorted(int(found[0]) for found in await cur.fetchall())]
 
-        ids: list[int | None] = await self._run(bulk, transaction=False)
+        ids: list[int | None] = await self._connections.run(bulk, transaction=False)
         return ids
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
@@ -306,7 +187,7 @@ class PostgresTable:
             ]
 
         # serve's claims come one at a time: on the connection kept for them.
-        claimed: list[Claimed] = await self._kept_run(claim, work=True)
+        claimed: list[Claimed] = await self._connections.kept_run(claim, work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -314,7 +195,7 @@ class PostgresTable:
         plain = [end for end in ends if isinstance(end, Done) and end.then is None]
         if len(plain) == len(ends):
             # The common case, a batch of runs that simply finished: one statement.
-            done: list[bool] = await self._run(
+            done: list[bool] = await self._connections.run(
                 lambda conn: _delete_done(conn, plain), work=True, transaction=False
             )
             return done
@@ -329,7 +210,7 @@ class PostgresTable:
                 applied.append(ok)
             return applied
 
-        answers: list[bool] = await self._run(apply, work=True)
+        answers: list[bool] = await self._connections.run(apply, work=True)
         return answers
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
@@ -340,7 +221,7 @@ class PostgresTable:
             await _insert(conn, then)
             return True
 
-        done: bool = await self._run(hand_on, work=True)
+        done: bool = await self._connections.run(hand_on, work=True)
         return done
 
     async def cancel(self, row_id: int) -> bool:
@@ -348,7 +229,7 @@ class PostgresTable:
             cur = await conn.execute(SQL["cancel"], (row_id,))
             return cur.rowcount == 1
 
-        gone: bool = await self._run(cancel, transaction=False)
+        gone: bool = await self._connections.run(cancel, transaction=False)
         return gone
 
     async def stats(self) -> Stats:
@@ -363,7 +244,7 @@ class PostgresTable:
                 for r in await cur.fetchall()
             ]
 
-        rows: list[DeadRow] = await self._run(dead, transaction=False)
+        rows: list[DeadRow] = await self._connections.run(dead, transaction=False)
         return rows
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
@@ -373,7 +254,7 @@ class PostgresTable:
             cur = await conn.execute(query, (limit,))
             return [_row_view(r) for r in await cur.fetchall()]
 
-        found: list[RowView] = await self._run(rows, transaction=False)
+        found: list[RowView] = await self._connections.run(rows, transaction=False)
         return found
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
@@ -383,7 +264,7 @@ class PostgresTable:
             cur = await conn.execute(SQL["holding"], params)
             return [_row_view(r) for r in await cur.fetchall()]
 
-        found: list[RowView] = await self._run(holding, transaction=False)
+        found: list[RowView] = await self._connections.run(holding, transaction=False)
         return found
 
     async def counts(self) -> dict[tuple[str, str], int]:
@@ -391,7 +272,7 @@ class PostgresTable:
             cur = await conn.execute(SQL["counts"])
             return {(kind, state): n for kind, state, n in await cur.fetchall()}
 
-        found: dict[tuple[str, str], int] = await self._run(counts, transaction=False)
+        found: dict[tuple[str, str], int] = await self._connections.run(counts, transaction=False)
         return found
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
@@ -401,113 +282,9 @@ class PostgresTable:
     # ----------------------------------------------------------------------------- wake-ups
 
     async def watch(self, wake: Callable[[int | None], None]) -> None:
-        """Call `wake(run_at)` for every row another process pushes, until cancelled.
-
-        A connection of its own runs `LISTEN nilo_jobs`; each notification's payload is the
-        row's due time (µs); for a group of rows, the earliest. When the connection is lost (a
-        restart, a terminated backend) it is opened again after a short pause, and the queue's
-        poll covers the gap.
-        """
-        pause = 0.05
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
-                try:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    pause = 0.05
-                    wake(None)  # rows pushed while nobody listened
-                    async for note in conn.notifies():
-                        wake(_due_at(note.payload))
-                finally:
-                    await conn.close()
-            except _DOWN as error:
-                log.warning(
-                    "listening for pushes failed (%s); listening again in %.2f s", error, pause
-                )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
-
-
-def _due_at(payload: str) -> int | None:
-    """The due time a push's NOTIFY carries (µs); None for anything else (an older version
-    sent the row's id, which reads as long past: wake now either way)."""
-    try:
-        return int(payload)
-    except ValueError:
-        return None
-
-
-class _Kept:
-    """A connection a store keeps beside its pools for calls that come one at a time (a single
-    producer's pushes, serve's claims), which then skip the pool's checkout and return: about
-    60 µs of CPU a call on the benchmark's machine (docs/postgres.md, "Connections").
-
-    It is opened at the first call and serves one call at a time, on the event loop that opened
-    it (or on another once that loop is closed); `run` says when it was not free, and the
-    caller goes through its pool. If it breaks, or a call on it is cut off mid-statement, it is
-    closed and the next call opens a fresh one. `close()` closes it, or leaves that to the call
-    using it at that moment.
-    """
-
-    def __init__(self, conninfo: str, options: dict[str, Any]) -> None:
-        self.conninfo = conninfo
-        self.options = options
-        self.conn: psycopg.AsyncConnection[Any] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.lock = threading.Lock()  # taken without waiting: one call at a time
-        self.closing = False  # close() came while a call held the lock: that call closes it
-
-    async def run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> tuple[bool, Any]:
-        """(True, `fn(conn)`) on the kept connection, or (False, None) when it is not free.
-
-        Raises:
-            StoreUnavailable: the connection could not be opened, or broke.
-        """
-        loop = asyncio.get_running_loop()
-        if not self.lock.acquire(blocking=False):
-            return False, None
-        try:
-            owner = self.loop
-            if owner is not None and owner is not loop and not owner.is_closed():
-                return False, None
-            conn = self.conn
-            if conn is None or conn.closed:
-                try:
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.conninfo, autocommit=True, **self.options
-                    )
-                except _DOWN as error:
-                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
-                self.conn = conn
-            self.loop = loop
-            try:
-                return True, await fn(conn)
-            except BaseException as error:
-                if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    # Broken, or cut off mid-statement: the next call opens a fresh one.
-                    self.conn = self.loop = None
-                    await conn.close()
-                if isinstance(error, _DOWN):
-                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
-                raise
-            finally:
-                if self.closing:  # close() came while this call held it (or was opening it)
-                    self.conn, self.loop, self.closing = None, None, False
-                    await conn.close()
-        finally:
-            self.closing = False  # (a close() while the connection failed to open: nothing left)
-            self.lock.release()
-
-    async def close(self) -> None:
-        if not self.lock.acquire(blocking=False):
-            self.closing = True  # a call is using it (or opening it): that call closes it
-            return
-        try:
-            conn, self.conn, self.loop = self.conn, None, None
-        finally:
-            self.lock.release()
-        if conn is not None:
-            await conn.close()
+        """Call `wake(run_at)` for every row another process pushes, until cancelled (LISTEN on
+        a connection of its own; see `_pg_listen`)."""
+        await listen(self.conninfo, wake)
 
 
 async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:
