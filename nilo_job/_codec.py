@@ -1,7 +1,7 @@
 """The payload codec: a kind's dataclass to JSON bytes at push, and back on a worker.
 
 msgspec does the encoding and the typed decoding (it is the fastest maintained codec that checks
-types on the way in). On top of it this module promises what the seed asks of a payload: what is
+types on the way in). On top of it this module promises what a payload must keep: what is
 pushed is what `run` gets. A field whose type cannot travel through JSON is refused when the queue
 is built, and a value that would not come back equal (NaN, a str in an int field) is refused at
 push with a sentence naming the field, before anything is written.

@@ -1,7 +1,7 @@
 """Every exception nilo-job raises or records, under one root.
 
     JobError             the root of the queue's own errors
-    ├── QueueFull        a job.Memory store has no room for the row (seed: "error.QueueFull")
+    ├── QueueFull        a job.Memory store has no room for the row
     ├── PayloadTooLarge  a payload's JSON is larger than the store's max_payload
     ├── TimedOut         the name a run that outlived its timeout_ms records; never final
     ├── BadPayload       the name a row records when its stored JSON no longer fits its class
@@ -12,8 +12,8 @@
                          a mistake in how the queue is defined or called: raised where the
                          mistake is made, naming the class, the field and what to write
 
-A job's own exceptions are never wrapped: a dead row keeps their class name (seed: "The row keeps
-the error's own name").
+A job's own exceptions are never wrapped: a dead row keeps their class name, so `dead_ones`
+says `Rejected` rather than a word of the queue's.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class JobError(Exception):
 class QueueFull(JobError):
     """A `job.Memory` store holds `bytes` of payload already and the new row does not fit.
 
-    The seed: a full Memory answers QueueFull rather than writing over the oldest row. Nothing is
-    written by the push that raised it.
+    A full Memory answers QueueFull rather than writing over the oldest row: it is a queue, not a
+    cache. Nothing is written by the push that raised it.
     """
 
 
@@ -39,7 +39,7 @@ class TimedOut(JobError):
     """A run outlived its `timeout_ms` (real time) and was cancelled.
 
     It is recorded as a failed attempt named ``TimedOut`` and is retried or dead by the kind's
-    `retry`. It is never final: the seed says the next attempt may finish. Listing it in a kind's
+    `retry`. It is never final: the next attempt may finish. Listing it in a kind's
     `final` is a `Refusal`.
     """
 
@@ -65,7 +65,7 @@ class StoreUnavailable(JobError):
 class Refusal(TypeError, ValueError):
     """A definition or a call that cannot be right, refused before anything is written.
 
-    The seed's compile errors: raised by `job.Jobs(...)` for a kind that cannot work, by
+    Raised where the mistake is made: by `job.Jobs(...)` for a kind that cannot work, by
     `job.cron(...)` for a bad expression, and by `push` for options that cannot go together or a
     payload that cannot round-trip. The message names the class and the field and says what to
     write instead. `nilo-job check module:attr` prints them for CI.

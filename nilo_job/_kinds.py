@@ -1,8 +1,8 @@
 """Reading a job class: its name, retry, final errors, timeout, the run signature and its payload.
 
-Everything the seed checks "while compiling" is checked here, when `job.Jobs(...)` is built, and
-each mistake is a `Refusal` naming the class, the field and what to write (seed: "A job is a
-struct"). The result is a `Kind`, which the queue uses without looking at the class again.
+Every mistake in a definition is found here, when `job.Jobs(...)` is built rather than when the
+first row runs, and each is a `Refusal` naming the class, the field and what to write. The result
+is a `Kind`, which the queue uses without looking at the class again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ._schedule import Schedule
 from ._values import Missed, Overlap, Retry, Run, Tick
 
 MAX_NAME_BYTES = 64
-"""The longest kind name and unique key, in UTF-8 bytes (seed: "Sixty-four bytes at most")."""
+"""The longest kind name and unique key, in UTF-8 bytes."""
 
 _SETTINGS = ("nilo_job", "retry", "final", "timeout_ms", "schedule", "overlap", "missed")
 
@@ -51,7 +51,7 @@ class Kind:
     missed: Missed | None = None
 
     def is_final(self, error: BaseException) -> bool:
-        """Whether `error` kills the row at once, whatever retry says (seed: `final`)."""
+        """Whether `error` kills the row at once, whatever retry says (`final`)."""
         return isinstance(error, self.final) and not isinstance(error, TimedOut)
 
 
@@ -84,7 +84,8 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
     """Read `cls` as a job class, answering its run parameters from `deps` (name → type).
 
     Raises:
-        Refusal: anything the seed refuses; the message names the class, the field and the fix.
+        Refusal: the class cannot work as a kind; the message names the class, the field and
+            the fix.
     """
     if not isinstance(cls, type):
         raise Refusal(f"kinds=[...] holds {cls!r}, which is not a class: list the job classes")

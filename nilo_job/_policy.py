@@ -1,7 +1,8 @@
 """Pure decisions: how a run ends, from the kind, the claim, the outcome and the clock.
 
 No I/O and no clock of its own: `now_us` is handed in, so a test's `drain_at` number decides
-backoff exactly as the wall clock does in production (STYLE: decide without I/O, then write once).
+backoff exactly as the wall clock does in production. The decision is a value; one store call
+writes it (`_ends`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ DETAIL_CHARS = 2_000
 
 
 def is_last(kind: Kind, attempts: int) -> bool:
-    """Whether attempt number `attempts` is the last the kind's retry allows (seed: `tick.last`)."""
+    """Whether attempt number `attempts` is the last the kind's retry allows (`tick.last`)."""
     return attempts >= kind.retry.attempts
 
 
@@ -51,7 +52,7 @@ def _describe(error: BaseException) -> str:
 def tick_is_missed(kind: Kind, due_us: int, now_us: int) -> bool:
     """Whether a schedule's tick due at `due_us` is later than its own successor at `now_us`.
 
-    Such a tick is the seed's "missed" one: `Missed.DROP` forgets it, `Missed.CATCH_UP` runs it
+    Such a tick is a missed one: `Missed.DROP` forgets it, `Missed.CATCH_UP` runs it
     once; a tick that is merely late (its successor still ahead) runs either way.
     """
     assert kind.schedule is not None

@@ -1,6 +1,6 @@
 """Spaces: small caches with a time to live, for `status`, `progress` and `within`.
 
-A Space is the seed's `cache.Space`: it may forget, on purpose. `MemorySpace` lives in this
+A Space is a cache that may forget, on purpose. `MemorySpace` lives in this
 process; `RedisSpace` (in `nilo_job.redis_space`) is shared between processes. Both satisfy the
 `Space` protocol below, and a third is four coroutines.
 """

@@ -25,7 +25,7 @@ def _check_ms(owner: str, name: str, value: object, *, positive: bool) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fixed:
-    """The same wait, `ms` milliseconds, before every retry (seed: `.fixed_ms`)."""
+    """The same wait, `ms` milliseconds, before every retry."""
 
     ms: int
 
@@ -62,8 +62,8 @@ class Retry:
     """What a failure means for a kind: how many retries, and how long to wait before each.
 
     `times` is the number of retries, so `Retry(times=3)` is four attempts in all, back to back;
-    `Retry.NONE` is one attempt, and a failure is final. The seed gives `retry` no default
-    (ADR 161): every kind must say it.
+    `Retry.NONE` is one attempt, and a failure is final. A kind's `retry` has no default: how
+    many times a job is tried is a promise about that job, so every kind must say it.
 
     Raises:
         Refusal: `times` is negative or not an int, or `backoff` is not `Fixed`/`Exponential`.

@@ -6,7 +6,7 @@
     app = FastAPI(lifespan=lifespan(jobs, create_missing=True))
 
 For the life of the app the store is open, every schedule is seeded and `jobs.serve()` runs as a
-task on the app's own event loop: the seed's `app.spawn(Jobs.serve)`. When the server shuts down
+task on the app's own event loop. When the server shuts down
 (uvicorn on SIGTERM or SIGINT) the workers stop claiming, running rows get `grace_ms` to finish,
 what does not finish is queued again, and the store is closed.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +94,37 @@ class Brief:
         (OUT / f"finished-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
 
 
+@dataclass
+class Meet:
+    """Says it started, then waits (up to 30 s) until `of` rows of its kind have started, in
+    whichever processes: `of` such rows can only all finish if they run at the same time."""
+
+    nilo_job = "meet"
+    retry = job.Retry.NONE
+
+    n: int
+    of: int
+
+    async def run(self) -> None:
+        (OUT / f"meet-{self.n}-{os.getpid()}").write_text("")
+        deadline = time.monotonic() + 30
+        while len(list(OUT.glob("meet-*"))) < self.of:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(list(OUT.glob('meet-*')))} of {self.of} met")
+            await asyncio.sleep(0.01)
+
+
+def met(out: Path) -> dict[int, int]:
+    """How many Meet rows started in each process (by pid)."""
+    found: dict[int, int] = {}
+    for path in out.glob("meet-*"):
+        pid = int(path.name.split("-")[2])
+        found[pid] = found.get(pid, 0) + 1
+    return found
+
+
 jobs = job.Jobs(
-    kinds=[Record, Work, Stamp, Hang, Brief],
+    kinds=[Record, Work, Stamp, Hang, Brief, Meet],
     store=job.Table(STORE),
     poll_ms=POLL_MS,
     timeout_ms=TIMEOUT_MS,

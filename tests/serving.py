@@ -32,9 +32,9 @@ async def until(what: str, check: Callable[[], bool], seconds: float = 20.0) -> 
         await asyncio.sleep(0.01)
 
 
-def listening(pg_url: str) -> bool:
-    """Whether one connection to the database at `pg_url` waits in `LISTEN nilo_jobs` (a serving
-    queue's, on PostgreSQL)."""
+def listeners(pg_url: str) -> int:
+    """How many connections to the database at `pg_url` wait in `LISTEN nilo_jobs` (one per
+    serving queue, on PostgreSQL)."""
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as admin:
@@ -42,7 +42,12 @@ def listening(pg_url: str) -> bool:
             "SELECT count(*) FROM pg_stat_activity "
             "WHERE datname = current_database() AND query = 'LISTEN nilo_jobs'"
         ).fetchone()
-    return found is not None and found[0] == 1
+    return 0 if found is None else int(found[0])
+
+
+def listening(pg_url: str) -> bool:
+    """Whether exactly one connection to the database at `pg_url` waits in `LISTEN nilo_jobs`."""
+    return listeners(pg_url) == 1
 
 
 class FailingSpace(job.MemorySpace):

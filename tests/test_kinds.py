@@ -1,5 +1,5 @@
 """Reading a job class: every mistake is a `job.Refusal` raised by `job.Jobs(...)`, naming the class
-and the field and saying what to write (the seed's compile errors)."""
+and the field and saying what to write (raised when the queue is built)."""
 
 import sqlite3
 from collections.abc import Callable

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from serving import listening
+from serving import listeners, listening
 
 import nilo_job as job
 
@@ -121,18 +121,24 @@ def done_so_far(out: Path) -> int:
 
 
 async def test_four_processes_of_four_workers_run_5000_rows_exactly_once(
-    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path, pg_url: str
 ) -> None:
+    import procs_kinds
+
     workers = [start(env, "--workers", "4") for _ in range(4)]
     try:
+        await until("the four workers to listen", lambda: listeners(pg_url) == 4)
+        # Sixteen rows that can only finish together: with four workers a process, every
+        # process must take part (the claim is shared), whichever claims first.
+        await queue.push_many([procs_kinds.Meet(n=n, of=16) for n in range(16)])
         await push_rows(env["NILO_TEST_STORE"], ROWS)
         await settled(queue)
     finally:
         results = [stop(proc) for proc in workers]
-    count, where = runs(tmp_path)
+    count, _where = runs(tmp_path)
     assert sorted(count) == list(range(ROWS))
     assert set(count.values()) == {1}
-    assert len({pid for pids in where.values() for pid in pids}) == 4
+    assert procs_kinds.met(tmp_path) == {proc.pid: 4 for proc in workers}
     for code, output in results:
         assert code == 0, output
         assert "Traceback" not in output, output
@@ -212,9 +218,9 @@ async def test_a_postgresql_restart_loses_nothing_and_workers_resume_by_themselv
         assert code == 0, output
 
 
-async def wait_stamp(out: Path, n: int) -> int:
+async def wait_stamp(out: Path, n: int, seconds: float) -> int:
     path = out / f"stamp-{n}"
-    await until(f"row {n} to start", path.exists, seconds=30)
+    await until(f"row {n} to start", path.exists, seconds=seconds)
     await until(f"row {n} to finish writing", lambda: path.read_text() != "", seconds=5)
     return int(path.read_text())
 
@@ -224,16 +230,17 @@ async def test_a_push_from_another_process_starts_at_once_not_at_the_next_poll(
 ) -> None:
     import procs_kinds
 
-    poll_ms = 5_000
+    # A poll of ten minutes: a row that starts within a tenth of it was woken by the NOTIFY
+    # (after its first claim at start, the worker would otherwise sleep the whole poll).
+    poll_ms = 600_000
+    bound_s = poll_ms / 1_000 / 10
     worker = start(env, poll_ms=poll_ms)
     try:
         await queue.push(procs_kinds.Stamp(n=0))
-        await wait_stamp(tmp_path, 0)  # the worker is up and listening
-        latencies = []
+        await wait_stamp(tmp_path, 0, bound_s)  # the worker is up and listening
         for n in range(1, 11):
-            pushed = job.now_us()
             await queue.push(procs_kinds.Stamp(n=n))
-            latencies.append(await wait_stamp(tmp_path, n) - pushed)
+            await wait_stamp(tmp_path, n, bound_s)
         # The listener loses its connection; it listens again by itself.
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute(
@@ -242,13 +249,8 @@ async def test_a_push_from_another_process_starts_at_once_not_at_the_next_poll(
             )
 
         await until("the listener to come back", lambda: listening(pg_url), seconds=30)
-        pushed = job.now_us()
         await queue.push(procs_kinds.Stamp(n=99))
-        after_reconnect = await wait_stamp(tmp_path, 99) - pushed
+        await wait_stamp(tmp_path, 99, bound_s)
     finally:
         code, output = stop(worker)
     assert code == 0, output
-    # Not a speed test (bench/ measures that): the wake must come from NOTIFY, so every start
-    # is far inside the 5 s poll.
-    assert max(latencies) < poll_ms * 1_000 / 5, latencies
-    assert after_reconnect < poll_ms * 1_000 / 5, after_reconnect

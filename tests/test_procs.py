@@ -91,18 +91,19 @@ async def test_two_worker_processes_run_each_of_500_rows_exactly_once(
 
     workers = [start_worker(shared, "--workers", "4") for _ in range(2)]
     try:
+        # Eight rows that can only finish together: with four workers a process, both must
+        # take part (the claim is shared, not owned by one of them), whichever starts first.
+        await queue.push_many([procs_kinds.Meet(n=n, of=8) for n in range(8)])
         for n in range(500):
             await queue.push(procs_kinds.Record(n=n))
         await until_settled(queue)
     finally:
         results = [stop(proc) for proc in workers]
     runs = Counter[int]()
-    by_process = Counter[str]()
     for log in tmp_path.glob("runs-*.log"):
         for line in log.read_text().splitlines():
             n, _id, attempts = line.split()
             runs[int(n)] += 1
-            by_process[log.name] += 1
             assert attempts == "1"
     assert sorted(runs) == list(range(500))
     assert set(runs.values()) == {1}
@@ -111,8 +112,8 @@ async def test_two_worker_processes_run_each_of_500_rows_exactly_once(
         assert code == 0, output
         assert "locked" not in output, output
         assert "Traceback" not in output, output
-    # Both processes took part (the claim is shared, not owned by one of them).
-    assert len(by_process) == 2, by_process
+    assert sorted(procs_kinds.met(tmp_path).values()) == [4, 4]
+    assert set(procs_kinds.met(tmp_path)) == {proc.pid for proc in workers}
 
 
 async def test_a_killed_worker_leaves_a_row_that_runs_again_after_its_lease(

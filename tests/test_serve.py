@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -239,11 +240,16 @@ async def test_a_row_claimed_by_a_push_as_serve_stops_is_queued_again_unrun(
 
 
 _started_at: dict[str, list[int]] = {}
+_due_at: dict[str, list[int]] = {}  # the tick's run_at, for a run that knows it
+_begun_at: dict[str, list[int]] = {}  # the same run's start, on the queue's own clock
 _arrived: dict[str, asyncio.Event] = {}
 
 
-def _mark(name: str) -> None:
+def _mark(name: str, run: job.Run | None = None) -> None:
     _started_at.setdefault(name, []).append(job.now_us())
+    if run is not None:
+        _due_at.setdefault(name, []).append(run.tick.run_at)
+        _begun_at.setdefault(name, []).append(run.now_us)
     _arrived.setdefault(name, asyncio.Event()).set()
 
 
@@ -283,8 +289,8 @@ class Ticking:
     overlap = job.Overlap.SKIP  # the next tick is handed on with the end of this one
     missed = job.Missed.CATCH_UP
 
-    async def run(self) -> None:
-        _mark("ticking")
+    async def run(self, run: job.Run) -> None:
+        _mark("ticking", run)
 
 
 @dataclasses.dataclass
@@ -295,8 +301,8 @@ class TickingQueued:
     overlap = job.Overlap.QUEUE  # the next tick is handed on as this one starts
     missed = job.Missed.CATCH_UP
 
-    async def run(self) -> None:
-        _mark("ticking")
+    async def run(self, run: job.Run) -> None:
+        _mark("ticking", run)
 
 
 @pytest.mark.parametrize("settled", [True, False], ids=["idle", "as_serving_begins"])
@@ -329,13 +335,17 @@ async def test_a_retry_runs_after_its_wait_not_at_the_next_poll(store: Store) ->
 @pytest.mark.parametrize("kind", [Ticking, TickingQueued])
 async def test_a_schedule_ticks_on_time_with_a_long_poll(store: Store, kind: type) -> None:
     _started_at.clear()
+    _due_at.clear()
+    _begun_at.clear()
     _arrived.clear()
     jobs = job.Jobs(kinds=[kind], store=store, poll_ms=60_000)
     async with jobs.serving(grace_ms=1_000):
-        await _wait_mark("ticking", 3)
-    first, second, third = _started_at["ticking"][:3]
-    assert second - first >= 300_000  # ticks 400 ms apart, give or take when each was claimed
-    assert third - second >= 300_000
+        await _wait_mark("ticking", 3)  # within 20 s: woken for each tick, not by the poll
+    dues = _due_at["ticking"][:3]
+    # Ticks on every(400)'s grid, each started no sooner than it was due.
+    assert [(later - earlier) % 400_000 for earlier, later in itertools.pairwise(dues)] == [0, 0]
+    assert dues == sorted(set(dues))
+    assert all(started >= due for started, due in zip(_started_at["ticking"], dues, strict=False))
 
 
 @dataclasses.dataclass

@@ -1,5 +1,7 @@
 """`status` and `progress`: what a status Space remembers of a row, for a route to poll."""
 
+import asyncio
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,3 +208,27 @@ async def test_not_ready_when_the_store_cannot_be_reached(tmp_path: Path) -> Non
         assert await job.Jobs(kinds=[Nudge], store=table).ready() is False
     finally:
         await table.close()
+
+
+async def test_a_sync_run_reports_progress_through_the_sync_face(store: Store) -> None:
+    """A synchronous run (a thread of its own) has no event loop to await on: it reports with
+    `jobs.sync.progress`, which hands the write to the loop serve runs on."""
+    space = job.MemorySpace(ttl_s=600)
+    done = threading.Event()
+
+    @dataclass
+    class Report:
+        nilo_job = "report"
+        retry = job.Retry.NONE
+
+        def run(self, tick: job.Tick, jobs: job.Jobs) -> None:
+            jobs.sync.progress(tick.id, 10)
+            jobs.sync.progress(tick.id, 20)
+            done.set()
+
+    jobs = job.Jobs(kinds=[Report], store=store, status=space)
+    async with jobs.serving(grace_ms=5_000):
+        row = await jobs.push(Report())
+        assert await asyncio.to_thread(done.wait, 20)
+    # Leaving the block waited for the run's end to be written.
+    assert await jobs.status(row) == job.Status(DONE, 1, 20)

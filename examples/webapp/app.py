@@ -78,7 +78,7 @@ router = APIRouter()
 @router.post("/users", status_code=201)
 def sign_up(body: SignUp, db: DbDep, jobs: JobsDep) -> dict[str, int | None]:
     """The user and its welcome in one transaction: no user without a welcome, and no welcome
-    for a user whose insert rolled back (the seed's "In a transaction")."""
+    for a user whose insert rolled back (the row commits with the user, or neither does)."""
     try:
         with db.transaction() as conn:
             (user_id,) = conn.execute(
@@ -125,7 +125,7 @@ def remind(user_id: int, body: Later, db: DbDep, jobs: JobsDep) -> JSONResponse:
 
 @router.post("/users/{user_id}/postpone")
 def postpone(user_id: int, body: Later, db: DbDep, jobs: JobsDep) -> dict[str, int]:
-    """Move the queued reminder to `in_hours` from now: a cancel and a push (seed: "Pushing").
+    """Move the queued reminder to `in_hours` from now: a cancel and a push.
 
     A reminder a worker has already claimed cannot be taken back: 409.
     """

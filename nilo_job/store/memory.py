@@ -2,7 +2,7 @@
 
 It keeps exactly the promises the SQL stores keep (the unique key, the lease, the claim order,
 dead rows kept), so a test on Memory tests the program. It is a queue and not a cache: full is
-`QueueFull`, never an eviction (seed: "The store").
+`QueueFull`, never an eviction.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Memory:
 
     Args:
         bytes: the most payload bytes the queue holds at once (queued, running and dead rows).
-        max_payload: the largest payload, in bytes, one row may carry (seed: 4 KiB).
+        max_payload: the largest payload, in bytes, one row may carry (4 KiB by default).
 
     Raises:
         Refusal: a bound is not a positive int.
