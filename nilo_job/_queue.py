@@ -408,12 +408,13 @@ class Jobs:
 
     async def status(self, row_id: int) -> Status | None:
         """What the status Space remembers of the row, or None once it has forgotten it (or
-        when the queue has no status Space). Rows pushed with `push_in` appear once claimed.
+        when the queue has no status Space). Rows pushed with `push_in` or `push_many` appear
+        once a worker runs them.
 
         Raises:
             Refusal: `row_id` is not an int.
         """
-        if self._statuses.space is None or not _is_row_id(row_id):
+        if not _is_row_id(row_id) or self._statuses.space is None:
             return None
         return await self._statuses.get(row_id)
 

@@ -1,7 +1,7 @@
 """Spaces: small caches with a time to live, for `status`, `progress` and `within`.
 
 A Space is a cache that may forget, on purpose. `MemorySpace` lives in this
-process; `RedisSpace` (in `nilo_job.redis_space`) is shared between processes. Both satisfy the
+process; `RedisSpace` (`job.RedisSpace`) is shared between processes. Both satisfy the
 `Space` protocol below, and a third is four coroutines.
 """
 

@@ -37,8 +37,8 @@ class Fixed:
 class Exponential:
     """A wait of `from_ms` after the first failure, doubling after each, never past `to_ms`.
 
-    Seed: ``.exponential = .{ .from_ms = 1_000, .to_ms = 3_600_000 }`` is 1 s, 2 s, 4 s, … and never
-    past an hour. Both in milliseconds.
+    `Exponential(from_ms=1_000, to_ms=3_600_000)` is 1 s, 2 s, 4 s, … and never past an hour.
+    Both in milliseconds.
     """
 
     from_ms: int

@@ -89,3 +89,21 @@ async def test_stats_prints_the_counts(tmp_path: Path) -> None:
     done = nilo_job_cli("stats", "tests.kinds_ok:jobs", "--json", db=db)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"queued": 2, "running": 0, "dead": 1}
+
+
+def test_python_dash_m_nilo_job_is_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nilo_job", "check", "tests.kinds_ok:jobs"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok: ")
+    assert "ok-welcome" in done.stdout
+    usage = subprocess.run(
+        [sys.executable, "-m", "nilo_job", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert usage.returncode == 0
+    assert usage.stdout.startswith("Usage: nilo-job ")
