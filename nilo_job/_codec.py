@@ -24,7 +24,7 @@ from uuid import UUID
 
 import msgspec
 
-from ._errors import Refusal
+from ._errors import BadPayload, Refusal
 
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
@@ -81,9 +81,15 @@ class Codec:
         """The value `data` encodes.
 
         Raises:
-            msgspec.ValidationError, msgspec.DecodeError: the JSON no longer fits the class.
+            BadPayload: `data` is not JSON that fits the class, whatever the reason (a field
+                renamed, a type changed, text that is not UTF-8, nesting too deep to read).
         """
-        return self._decoder.decode(data)
+        try:
+            return self._decoder.decode(data)
+        except Exception as error:  # RecursionError and the like too: a row, not the worker
+            raise BadPayload(
+                f"its payload no longer fits {self.cls.__name__} ({type(error).__name__}: {error})"
+            ) from None
 
 
 def plain(payload: bytes) -> Any:

@@ -8,11 +8,9 @@ writes it (`_ends`).
 from __future__ import annotations
 
 from ._errors import TimedOut
+from ._failure import describe
 from ._kinds import Kind
 from .store.contract import Claimed, Died, Done, End, NewRow, Retrying
-
-DETAIL_CHARS = 2_000
-"""How much of an error's message a row keeps for operators."""
 
 
 def is_last(kind: Kind, attempts: int) -> bool:
@@ -25,28 +23,22 @@ def decide(
 ) -> End:
     """The end of one run of `row`: done, a retry at a time, or dead with the error's name.
 
-    A failure is dead when it is in the kind's `final` (never a `TimedOut`) or when no retry is
-    left; otherwise the next attempt is due `kind.retry.wait_ms(attempts)` after `now_us`, the
-    moment the attempt failed on the tick's clock. `then` is a schedule's next tick, handed on
+    The failure's name, message and traceback are kept as text every store can hold
+    (`_failure.describe`). A failure is dead when it is in the kind's `final` (never a
+    `TimedOut`) or when no retry is left; otherwise the next attempt is due
+    `kind.retry.wait_ms(attempts)` after `now_us`, the moment the attempt failed on the tick's
+    clock. `then` is a schedule's next tick, handed on
     with this end: a retried tick then gives up its key and is retried as a row of its own.
     """
     if error is None:
         return Done(row.id, row.attempts, then)
-    name = type(error).__name__
-    detail = _describe(error)
+    failure = describe(error)
+    name, message, trace = failure.name, failure.message, failure.traceback
     if is_last(kind, row.attempts) or (kind.is_final(error) and not isinstance(error, TimedOut)):
-        return Died(row.id, row.attempts, now_us, name, detail, then)
+        return Died(row.id, row.attempts, now_us, name, message, then, trace)
     wait_ms = kind.retry.wait_ms(row.attempts)
     run_at = now_us + wait_ms * 1_000
-    return Retrying(row.id, row.attempts, run_at, name, detail, then is not None, then)
-
-
-def _describe(error: BaseException) -> str:
-    """The error's message for operators; an exception whose `str` itself fails still ends."""
-    try:
-        return str(error)[:DETAIL_CHARS]
-    except Exception:
-        return f"<{type(error).__name__}: its message could not be read>"
+    return Retrying(row.id, row.attempts, run_at, name, message, then is not None, then, trace)
 
 
 def tick_is_missed(kind: Kind, due_us: int, now_us: int) -> bool:

@@ -370,7 +370,8 @@ class Jobs:
     async def dead_ones(self, limit: int = 1_000) -> list[Dead]:
         """The rows that failed for the last time, newest first, at most `limit`.
 
-        Each keeps its error's class name; its payload is the stored JSON as plain values.
+        Each keeps its error's class name, message and traceback; its payload is the stored JSON
+        as plain values.
 
         Raises:
             StoreUnavailable: the store cannot be reached.
@@ -384,6 +385,8 @@ class Jobs:
                 attempts=row.attempts,
                 payload=plain(row.payload),
                 died_at=row.died_at,
+                message=row.detail,
+                traceback=row.traceback,
             )
             for row in rows
         ]

@@ -16,13 +16,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-
-import msgspec
+from types import TracebackType
 
 from . import _policy
 from ._calling import Execution, arguments, call_async, call_in_thread
 from ._ends import Ends
 from ._errors import BadPayload, LeaseLost
+from ._failure import MESSAGE_CHARS, storable
 from ._kinds import Kind
 from ._observe import Observers, Outcome
 from ._status import Statuses
@@ -91,6 +91,9 @@ class Runner:
         (serve's worker takes its next row meanwhile); otherwise when everything here is over.
         """
         kind = self.kinds[row.kind]
+        if row.unreadable is not None:
+            await self._bad_payload(kind, row, f"the store cannot read it: {row.unreadable}", clock)
+            return False
         then: NewRow | None = None
         if self.ticks.holds_schedule(kind, row):
             now = clock()
@@ -111,14 +114,8 @@ class Runner:
                 then = self.ticks.next_row(kind, row.run_at, now)  # recomputed when it ends
         try:
             value = kind.codec.decode(row.payload)
-        except (msgspec.ValidationError, msgspec.DecodeError) as error:
-            log.warning(
-                "%s row %d is dead: its payload no longer fits %s (%s)",
-                kind.name, row.id, kind.cls.__name__, error,
-                extra={"kind": kind.name, "row": row.id, "error": "BadPayload"},
-            )  # fmt: skip
-            end = Died(row.id, row.attempts, clock(), BadPayload.__name__, str(error), then)
-            await self._end(kind, row, end)
+        except BadPayload as error:
+            await self._bad_payload(kind, row, str(error), clock, then)
             return False
         # Two executions of one row never overlap in this process: while a timed-out sync run's
         # thread is still going, a new claim of its row is given back, due a second later.
@@ -139,6 +136,19 @@ class Runner:
         finally:
             if kind.is_async or not execution.thread_started:
                 execution.end()
+
+    async def _bad_payload(
+        self,
+        kind: Kind,
+        row: Claimed,
+        why: str,
+        clock: Callable[[], int],
+        then: NewRow | None = None,
+    ) -> None:
+        """Kill `row` as `BadPayload` without running it: `why` says what is wrong with it."""
+        detail = storable(f"{why} (the row did not run)", MESSAGE_CHARS)
+        end = Died(row.id, row.attempts, clock(), BadPayload.__name__, detail, then)
+        await self._end(kind, row, end)
 
     def _forget(self, row_id: int, execution: Execution) -> None:
         if self.busy.get(row_id) is execution:
@@ -201,7 +211,7 @@ class Runner:
         # group, which writes it whatever happens to this task; only this process's
         # bookkeeping of it (observers, status) is skipped.
         try:
-            await self._end(kind, row, end, seconds)
+            await self._end(kind, row, end, seconds, error=error)
         finally:
             task = asyncio.current_task()
             if not kind.is_async and not (task is not None and task.cancelling()):
@@ -211,19 +221,34 @@ class Runner:
         return True
 
     async def _end(
-        self, kind: Kind, row: Claimed, end: End, seconds: float = 0.0, *, dropped: bool = False
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float = 0.0,
+        *,
+        dropped: bool = False,
+        error: BaseException | None = None,
     ) -> None:
-        """Write `end`, then tell the observers, the log and the status Space how it went."""
-        late = functools.partial(self._recorded_late, kind, row, end, seconds, dropped)
+        """Write `end`, then tell the observers, the log and the status Space how it went;
+        `error` is the failure the end records, for the log's traceback."""
+        late = functools.partial(self._recorded_late, kind, row, end, seconds, dropped, error)
         applied = await self.ends.write(kind.name, row, end, late)
-        await self._record(kind, row, end, seconds, dropped, applied)
+        await self._record(kind, row, end, seconds, dropped, error, applied)
 
     def _recorded_late(
-        self, kind: Kind, row: Claimed, end: End, seconds: float, dropped: bool, applied: bool
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float,
+        dropped: bool,
+        error: BaseException | None,
+        applied: bool,
     ) -> None:
         """An end written after its row's task was cancelled: record it in a task of its own
         (which serve's stop waits for)."""
-        self.ends.later(self._record(kind, row, end, seconds, dropped, applied))
+        self.ends.later(self._record(kind, row, end, seconds, dropped, error, applied))
 
     async def _record(
         self,
@@ -232,6 +257,7 @@ class Runner:
         end: End,
         seconds: float,
         dropped: bool,
+        error: BaseException | None,
         applied: bool | None,
     ) -> None:
         if applied is None:
@@ -256,16 +282,18 @@ class Runner:
         elif isinstance(end, Retrying):
             wait_ms = kind.retry.wait_ms(row.attempts)
             log.warning(
-                "%s row %d failed with %s on attempt %d; retrying in %.1f s",
-                kind.name, row.id, end.error, row.attempts, wait_ms / 1_000,
+                "%s row %d failed with %s on attempt %d: %s; retrying in %.1f s",
+                kind.name, row.id, end.error, row.attempts, end.detail, wait_ms / 1_000,
                 extra={**fields, "error": end.error, "wait_ms": wait_ms},
+                exc_info=_exc_info(error),
             )  # fmt: skip
             await self.statuses.put(row.id, State.QUEUED, row.attempts)
         elif isinstance(end, Died):
-            log.warning(
-                "%s row %d failed with %s on attempt %d and is dead",
-                kind.name, row.id, end.error, row.attempts,
+            log.error(
+                "%s row %d failed with %s on attempt %d and is dead: %s",
+                kind.name, row.id, end.error, row.attempts, end.detail,
                 extra={**fields, "error": end.error},
+                exc_info=_exc_info(error),
             )  # fmt: skip
             await self.statuses.put(row.id, State.DEAD, row.attempts, progress)
         else:
@@ -282,6 +310,13 @@ class Runner:
             (State.RUNNING, 0) if current is None else (current.state, current.attempts)
         )
         await self.statuses.put(row_id, state, attempts, n)
+
+
+def _exc_info(
+    error: BaseException | None,
+) -> tuple[type[BaseException], BaseException, TracebackType | None] | None:
+    """What `logging` takes to print `error` with its traceback."""
+    return None if error is None else (type(error), error, error.__traceback__)
 
 
 def _outcome(end: End) -> Outcome:

@@ -189,7 +189,9 @@ class Status:
 @dataclass(frozen=True, slots=True)
 class Dead:
     """A row that failed for the last time: `error` is the exception's class name, `payload` the
-    row's JSON decoded to plain Python values, `died_at` microseconds since the epoch."""
+    row's JSON decoded to plain Python values, `died_at` microseconds since the epoch, `message`
+    the exception's message and `traceback` its traceback as Python prints it (each "" when the
+    row has none, as for a row that died before this version kept them)."""
 
     id: int
     kind: str
@@ -197,6 +199,8 @@ class Dead:
     attempts: int
     payload: Any
     died_at: int
+    message: str = ""
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,7 +145,16 @@ class Target:
         if self.jobs is not None:
             return await self.jobs.dead_ones(limit)
         return [
-            Dead(row.id, row.kind, row.error, row.attempts, plain(row.payload), row.died_at)
+            Dead(
+                row.id,
+                row.kind,
+                row.error,
+                row.attempts,
+                plain(row.payload),
+                row.died_at,
+                row.detail,
+                row.traceback,
+            )
             for row in await self.store.dead_ones(limit)
         ]
 

@@ -40,6 +40,7 @@ def nilo_jobs_table(metadata: MetaData) -> Table:
         Column("error", Text),
         Column("detail", Text),
         Column("died_at", BigInteger),
+        Column("traceback", Text),
         CheckConstraint("state IN ('queued', 'running', 'dead')", name="nilo_jobs_state_check"),
         Index(
             "nilo_jobs_unique",

@@ -227,6 +227,6 @@ def test_a_sqlite_file_without_the_table_is_said(tmp_path: Path) -> None:
     done = nilo_job("dead", f"sqlite:///{empty}")
     assert done.exit_code == 1
     assert done.stderr == (
-        f"Error: there is no nilo_jobs table in {empty}: call await table.create_missing() "
-        "(or run `nilo-job migrate`) before serving\n"
+        f"Error: there is no nilo_jobs table in {empty}: run `nilo-job migrate "
+        f"sqlite:///{empty}` (or call await table.create_missing()) before serving\n"
     )

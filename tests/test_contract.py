@@ -167,9 +167,13 @@ async def test_retrying_queues_the_row_again_at_its_time_and_keeps_the_key(
 async def test_died_keeps_the_row_with_its_error_and_frees_the_key(store: Store, t: int) -> None:
     (row,) = await store.push([new(t, unique="k")])
     await claim_one(store, t)
-    assert await store.finish([Died(row, 1, t + 7, "Rejected", "no such address")]) == [True]
+    trace = "Traceback (most recent call last):\n  ...\nRejected: no such address\n"
+    died = Died(row, 1, t + 7, "Rejected", "no such address", traceback=trace)
+    assert await store.finish([died]) == [True]
     assert await store.stats() == (0, 0, 1)
-    assert await store.dead_ones(10) == [DeadRow(row, "a", "Rejected", 1, P, t + 7)]
+    assert await store.dead_ones(10) == [
+        DeadRow(row, "a", "Rejected", 1, P, t + 7, "no such address", trace)
+    ]
     assert await store.claim(["a"], t + LEASE, t + 2 * LEASE, 1) == []
     assert (await store.push([new(t, unique="k")]))[0] is not None
 

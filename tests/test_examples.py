@@ -247,16 +247,19 @@ async def test_a_dead_welcome_is_listed_fixed_and_retried(web: Running) -> None:
 
     dead = await web.client.get("/ops/dead")
     assert dead.status_code == 200
-    assert dead.json() == [
-        {
-            "id": welcome,
-            "kind": "send-welcome",
-            "error": "NoSuchAddress",
-            "attempts": 1,
-            "payload": {"user_id": user},
-            "died_at": t,
-        }
-    ]
+    (row,) = dead.json()
+    trace = row.pop("traceback")
+    assert row == {
+        "id": welcome,
+        "kind": "send-welcome",
+        "error": "NoSuchAddress",
+        "attempts": 1,
+        "payload": {"user_id": user},
+        "died_at": t,
+        "message": "550 no such domain: nowhere.invalid",
+    }
+    assert trace.startswith("Traceback (most recent call last):\n")
+    assert trace.endswith("NoSuchAddress: 550 no such domain: nowhere.invalid\n")
 
     fixed = await web.client.patch(f"/users/{user}", json={"email": "grace@example.com"})
     assert fixed.status_code == 200

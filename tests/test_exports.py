@@ -79,7 +79,9 @@ def test_value_fields_are_the_documented_ones() -> None:
 
     assert names(job.Stats) == ["queued", "running", "dead"]
     assert names(job.Status) == ["state", "attempts", "progress"]
-    assert names(job.Dead) == ["id", "kind", "error", "attempts", "payload", "died_at"]
+    assert names(job.Dead) == [
+        "id", "kind", "error", "attempts", "payload", "died_at", "message", "traceback"
+    ]  # fmt: skip
     assert names(job.Tick) == ["id", "attempts", "run_at", "last"]
 
 

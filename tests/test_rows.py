@@ -31,8 +31,8 @@ async def test_rows_and_counts_by_state_and_kind(store: Store, t: int) -> None:
     assert await store.finish([Died(second, 1, t + 50, "Nope", "")]) == [True]
     assert second_claim.id == second
     assert await store.rows("dead", 10) == [
-        RowView(second, "a", "dead", P, t + 10, 1, None, None, "Nope", t + 50, ""),
-        RowView(third, "b", "dead", P, t + 30, 1, None, None, "Boom", t + 40, "it broke"),
+        RowView(second, "a", "dead", P, t + 10, 1, None, None, "Nope", t + 50, "", ""),
+        RowView(third, "b", "dead", P, t + 30, 1, None, None, "Boom", t + 40, "it broke", ""),
     ]
     assert await store.counts() == {("a", "queued"): 1, ("a", "dead"): 1, ("b", "dead"): 1}
 

@@ -206,7 +206,8 @@ async def stats(jobs: JobsDep) -> dict[str, int]:
 
 @router.get("/ops/dead")
 async def dead(jobs: JobsDep) -> list[dict[str, Any]]:
-    """The rows that failed for the last time, newest first, each with its error's name."""
+    """The rows that failed for the last time, newest first, each with its error's name,
+    message and traceback."""
     return [dataclasses.asdict(row) for row in await jobs.dead_ones()]
 
 

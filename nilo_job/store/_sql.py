@@ -6,14 +6,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from .._errors import StoreUnavailable
-from .contract import Died, Done, End, Released, Retrying, RowView, check_state
-
-COLUMNS = frozenset(
-    {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
-     "detail", "died_at"}
-)  # fmt: skip
-"""The columns of `nilo_jobs` this version reads and writes."""
+from .contract import Claimed, DeadRow, Died, Done, End, Released, Retrying, RowView, check_state
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -38,33 +31,16 @@ def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
             end.run_at,
             end.error,
             end.detail,
+            end.traceback,
             end.release_key,
             end.id,
             end.attempts,
         )
     if isinstance(end, Died):
-        return "died", (end.died_at, end.error, end.detail, end.id, end.attempts)
+        return "died", (end.died_at, end.error, end.detail, end.traceback, end.id, end.attempts)
     if isinstance(end, Released):
         return "released", (end.run_at, end.id, end.attempts)
     raise TypeError(f"not an end: {end!r}")
-
-
-def check_columns(where: str, found: set[str]) -> None:
-    """Refuse a missing `nilo_jobs` table, or one without this version's columns.
-
-    Raises:
-        StoreUnavailable: with a sentence saying which, and what to do.
-    """
-    if not found:
-        raise StoreUnavailable(
-            f"there is no nilo_jobs table in {where}: call await table.create_missing() "
-            "(or run `nilo-job migrate`) before serving"
-        )
-    if missing := COLUMNS - found:
-        raise StoreUnavailable(
-            f"the nilo_jobs table in {where} is not nilo-job's, or is from another version: "
-            f"it lacks {', '.join(sorted(missing))}"
-        )
 
 
 def rows_statement(state: str) -> str:
@@ -77,9 +53,104 @@ def rows_statement(state: str) -> str:
 
 
 def row_view(r: Any) -> RowView:
-    """A `RowView` from the columns of a `rows_*` statement, payload as text or bytes."""
-    payload = r[3] if isinstance(r[3], bytes) else str(r[3]).encode()
-    return RowView(r[0], r[1], r[2], payload, r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+    """A `RowView` from the columns of a `rows_*` statement, whatever they hold.
+
+    A row some other program wrote may hold a BLOB where text belongs, text that is not UTF-8
+    (read with `surrogateescape`), or text where a number belongs: each column is shown as
+    best it can be (never raising), and `unreadable` says what was wrong.
+    """
+    problems: list[str] = []
+    payload = _payload_bytes(r[3], problems)
+    return RowView(
+        id=_number(r[0], "id", problems) or 0,
+        kind=_text(r[1], "kind", problems) or "",
+        state=_text(r[2], "state", problems) or "",
+        payload=payload,
+        run_at=_number(r[4], "run_at", problems) or 0,
+        attempts=_number(r[5], "attempts", problems) or 0,
+        unique_key=_text(r[6], "unique_key", problems),
+        lease_until=_number(r[7], "lease_until", problems),
+        error=_text(r[8], "error", problems),
+        died_at=_number(r[9], "died_at", problems),
+        detail=_text(r[10], "detail", problems),
+        traceback=_text(r[11], "traceback", problems),
+        unreadable="; ".join(problems) or None,
+    )
+
+
+def dead_row(r: Any) -> DeadRow:
+    """A `DeadRow` from the columns of a `dead_ones` statement, whatever they hold (as for
+    `row_view`: text that cannot be shown as it is, is shown as best it can be)."""
+    problems: list[str] = []
+    return DeadRow(
+        id=_number(r[0], "id", problems) or 0,
+        kind=_text(r[1], "kind", problems) or "",
+        error=_text(r[2], "error", problems) or "",
+        attempts=_number(r[3], "attempts", problems) or 0,
+        payload=_payload_bytes(r[4], problems),
+        died_at=_number(r[5], "died_at", problems) or 0,
+        detail=_text(r[6], "detail", problems) or "",
+        traceback=_text(r[7], "traceback", problems) or "",
+    )
+
+
+def claimed_row(r: Any) -> Claimed:
+    """A `Claimed` from the columns a claim returns (id, kind, payload, attempts, run_at,
+    unique_key); a row that cannot be read as nilo-job writes it says why in `unreadable`."""
+    payload, run_at = r[2], r[4]
+    if type(payload) is str and type(run_at) is int:
+        try:
+            return Claimed(r[0], r[1], payload.encode(), r[3], run_at, r[5])
+        except UnicodeEncodeError:
+            pass  # not UTF-8 (read with surrogateescape): said below
+    problems: list[str] = []
+    data = _payload_bytes(payload, problems)
+    due = _number(run_at, "run_at", problems)
+    key = r[5] if r[5] is None or isinstance(r[5], str) else None
+    return Claimed(r[0], r[1], data, r[3], due or 0, key, "; ".join(problems) or None)
+
+
+def _payload_bytes(value: object, problems: list[str]) -> bytes:
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogateescape")
+        if not _utf8(value):
+            problems.append("its payload is not UTF-8 text")
+        return data
+    if isinstance(value, bytes):
+        problems.append("its payload is stored as a BLOB, not text")
+        return value
+    problems.append(f"its payload is stored as {type(value).__name__}, not text")
+    return str(value).encode()
+
+
+def _utf8(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(value: object, name: str, problems: list[str]) -> str | None:
+    if value is None or (isinstance(value, str) and _utf8(value)):
+        return value
+    if isinstance(value, str):
+        problems.append(f"{name} is not UTF-8 text")
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(value, bytes):
+        problems.append(f"{name} is stored as a BLOB")
+        return value.decode("utf-8", "replace")
+    problems.append(f"{name} is stored as {type(value).__name__}")
+    return str(value)
+
+
+def _number(value: object, name: str, problems: list[str]) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    problems.append(f"{name} is not a whole number ({_text(str(value), name, [])!r})")
+    return None
 
 
 def unwrap_django(tx: object) -> object:

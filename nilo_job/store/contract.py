@@ -61,7 +61,12 @@ class NewRow:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A row a claim took: `attempts` already counts this claim (1 the first time)."""
+    """A row a claim took: `attempts` already counts this claim (1 the first time).
+
+    `unreadable` says why, when the store could not read the row as nilo-job writes it (a
+    payload stored as a BLOB, a column of the wrong type: a row some other program wrote). The
+    queue then kills the row as `BadPayload` without running it, and every other row runs.
+    """
 
     id: int
     kind: str
@@ -69,6 +74,7 @@ class Claimed:
     attempts: int
     run_at: int
     unique_key: str | None
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +96,7 @@ class Retrying:
 
     The row goes back to `queued` and keeps its unique key unless `release_key` (a schedule's
     tick is retried as a row of its own, its key handed on in `then`); `error` is the
-    exception's class name and `detail` its message, for operators.
+    exception's class name, `detail` its message and `traceback` its traceback, for operators.
     """
 
     id: int
@@ -100,13 +106,15 @@ class Retrying:
     detail: str
     release_key: bool = False
     then: NewRow | None = None
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Died:
     """The run of claim (`id`, `attempts`) failed for the last time at `died_at` (µs).
 
-    The row stays as `dead` with its error's name; its unique key is set to NULL.
+    The row stays as `dead` with its error's name, message (`detail`) and traceback; its unique
+    key is set to NULL.
     """
 
     id: int
@@ -115,6 +123,7 @@ class Died:
     error: str
     detail: str
     then: NewRow | None = None
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,8 @@ End = Done | Retrying | Died | Released
 
 @dataclass(frozen=True, slots=True)
 class DeadRow:
-    """A dead row as stored: the payload is still the JSON bytes."""
+    """A dead row as stored: the payload is still the JSON bytes; `detail` is the error's
+    message and `traceback` its traceback ("" when the row has none)."""
 
     id: int
     kind: str
@@ -141,6 +151,8 @@ class DeadRow:
     attempts: int
     payload: bytes
     died_at: int
+    detail: str = ""
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +170,10 @@ class RowView:
     error: str | None
     died_at: int | None
     detail: str | None = None
+    traceback: str | None = None
+    unreadable: str | None = None
+    """Why the row could not be read as nilo-job writes it (a column of the wrong type, a
+    payload that is not text); None for a row that reads as it should."""
 
 
 ROW_STATES = ("queued", "running", "dead")

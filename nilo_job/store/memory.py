@@ -40,6 +40,7 @@ class _Row:
     unique_key: str | None = None
     error: str | None = None
     detail: str | None = None
+    traceback: str | None = None
     died_at: int | None = None
 
 
@@ -212,13 +213,13 @@ class Memory:
                     self._drop(row)
                 elif isinstance(end, Retrying):
                     row.state, row.run_at = "queued", end.run_at
-                    row.error, row.detail = end.error, end.detail
+                    row.error, row.detail, row.traceback = end.error, end.detail, end.traceback
                     if end.release_key:
                         self._free_key(row)
                     self._index(row)
                 elif isinstance(end, Died):
                     row.state, row.died_at = "dead", end.died_at
-                    row.error, row.detail = end.error, end.detail
+                    row.error, row.detail, row.traceback = end.error, end.detail, end.traceback
                     self._free_key(row)
                 elif isinstance(end, Released):
                     row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
@@ -261,7 +262,16 @@ class Memory:
             dead = [row for row in self._rows.values() if row.state == "dead"]
         dead.sort(key=lambda row: (row.died_at or 0, row.id), reverse=True)
         return [
-            DeadRow(row.id, row.kind, row.error or "", row.attempts, row.payload, row.died_at or 0)
+            DeadRow(
+                row.id,
+                row.kind,
+                row.error or "",
+                row.attempts,
+                row.payload,
+                row.died_at or 0,
+                row.detail or "",
+                row.traceback or "",
+            )
             for row in dead[:limit]
         ]
 
@@ -296,7 +306,7 @@ class Memory:
             if row is None or row.state != "dead":
                 return False
             row.state, row.run_at, row.attempts = "queued", now_us, 0
-            row.error = row.detail = row.died_at = None
+            row.error = row.detail = row.traceback = row.died_at = None
             self._index(row)
             return True
 
@@ -305,5 +315,5 @@ def _view(row: _Row) -> RowView:
     lease = row.lease_until if row.state == "running" else None
     return RowView(
         row.id, row.kind, row.state, row.payload, row.run_at, row.attempts, row.unique_key,
-        lease, row.error, row.died_at, row.detail,
+        lease, row.error, row.died_at, row.detail, row.traceback,
     )  # fmt: skip

@@ -21,12 +21,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._errors import Refusal
 from .._values import Stats
-from . import _sql
+from . import _schema, _sql
 from ._pg_connections import Connections
 from ._pg_listen import listen
-from ._sql import check_columns, end_statement, unwrap_django
-from ._sql import row_view as _row_view
-from ._sql import rows_statement as _rows_statement
+from ._sql import dead_row, end_statement, row_view, rows_statement, unwrap_django
 from .contract import Claimed, DeadRow, Done, End, NewRow, RowView
 
 SQL = _sql.load("postgres.sql")
@@ -100,23 +98,42 @@ class PostgresTable:
         return int(row[0])
 
     async def create_missing(self) -> None:
-        """Create `nilo_jobs` and its indexes where missing (idempotent, safe to race)."""
+        """Create `nilo_jobs` and its indexes where missing, or bring an older table up to this
+        version in place, keeping every row (idempotent, safe to race, and safe while workers
+        run: each step adds a nullable column, which rewrites no row).
+
+        Raises:
+            StoreUnavailable: the table is from a newer nilo-job, or the server cannot be
+                reached or would not give the table's lock within 10 s.
+        """
 
         async def create(conn: psycopg.AsyncConnection[Any]) -> None:
             # Serialise concurrent creators: IF NOT EXISTS alone can still race on the catalog.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nilo_jobs'))")
-            for statement in SQL["create"].split(";"):
-                if statement.strip():
-                    await conn.execute(statement)
+            await conn.execute("SET LOCAL lock_timeout = '10s'")
+            columns, recorded = await _read_schema(conn)
+            steps = _schema.steps_from(columns, recorded, repr(self))
+            if steps is None or (not steps and recorded is not None and columns):
+                return  # as this version wants it (or newer, and fine as it is): touch nothing
+            if steps:
+                # The strongest lock first: taken later, after the weaker ones CREATE INDEX
+                # takes, it would deadlock with workers that hold rows meanwhile.
+                await conn.execute("LOCK TABLE nilo_jobs IN ACCESS EXCLUSIVE MODE")
+                for step in steps:
+                    await _script(conn, SQL[step])
+            await _script(conn, SQL["create"])
+            await conn.execute(SQL["forget_version"])
+            await conn.execute(SQL["set_version"], (_schema.VERSION, _schema.COMPATIBLE_FROM))
 
         await self._connections.run(create)
 
     async def check(self) -> None:
-        async def columns(conn: psycopg.AsyncConnection[Any]) -> set[str]:
-            cur = await conn.execute(SQL["columns"])
-            return {row[0] for row in await cur.fetchall()}
+        columns, recorded = await self._connections.run(_read_schema, transaction=False)
+        _schema.check(repr(self), self._target(), columns, recorded)
 
-        check_columns(repr(self), await self._connections.run(columns, transaction=False))
+    def _target(self) -> str:
+        """The URL an operator passes to `nilo-job migrate`, without its password."""
+        return repr(self).removeprefix("job.Table('").removesuffix("')")
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -239,20 +256,17 @@ class PostgresTable:
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         async def dead(conn: psycopg.AsyncConnection[Any]) -> list[DeadRow]:
             cur = await conn.execute(SQL["dead_ones"], (limit,))
-            return [
-                DeadRow(r[0], r[1], r[2] or "", r[3], r[4].encode(), r[5] or 0)
-                for r in await cur.fetchall()
-            ]
+            return [dead_row(r) for r in await cur.fetchall()]
 
         rows: list[DeadRow] = await self._connections.run(dead, transaction=False)
         return rows
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        query = SQL[_rows_statement(state)]
+        query = SQL[rows_statement(state)]
 
         async def rows(conn: psycopg.AsyncConnection[Any]) -> list[RowView]:
             cur = await conn.execute(query, (limit,))
-            return [_row_view(r) for r in await cur.fetchall()]
+            return [row_view(r) for r in await cur.fetchall()]
 
         found: list[RowView] = await self._connections.run(rows, transaction=False)
         return found
@@ -262,7 +276,7 @@ class PostgresTable:
 
         async def holding(conn: psycopg.AsyncConnection[Any]) -> list[RowView]:
             cur = await conn.execute(SQL["holding"], params)
-            return [_row_view(r) for r in await cur.fetchall()]
+            return [row_view(r) for r in await cur.fetchall()]
 
         found: list[RowView] = await self._connections.run(holding, transaction=False)
         return found
@@ -285,6 +299,29 @@ class PostgresTable:
         """Call `wake(run_at)` for every row another process pushes, until cancelled (LISTEN on
         a connection of its own; see `_pg_listen`)."""
         await listen(self.conninfo, wake)
+
+
+async def _read_schema(
+    conn: psycopg.AsyncConnection[Any],
+) -> tuple[set[str], _schema.Recorded]:
+    """The table's columns (empty: no table), and what its version table records."""
+    cur = await conn.execute(SQL["columns"])
+    columns = {row[0] for row in await cur.fetchall()}
+    cur = await conn.execute(SQL["has_version"])
+    found = await cur.fetchone()
+    if not found or not found[0]:
+        return columns, None
+    cur = await conn.execute(SQL["version"])
+    found = await cur.fetchone()
+    if found is None or found[0] is None or found[1] is None:
+        return columns, None
+    return columns, (int(found[0]), int(found[1]))
+
+
+async def _script(conn: psycopg.AsyncConnection[Any], script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            await conn.execute(statement)
 
 
 async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:

@@ -13,13 +13,36 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     unique_key  text,                               -- NULL once the row is dead
     error       text,                               -- the last failure's exception class name
     detail      text,                               -- its message
-    died_at     bigint                              -- µs, while dead
+    died_at     bigint,                             -- µs, while dead
+    traceback   text                                -- the last failure's traceback (version 2)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
     WHERE unique_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS nilo_jobs_due ON nilo_jobs (run_at, id) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS nilo_jobs_lease ON nilo_jobs (lease_until, id) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state = 'dead';
+CREATE TABLE IF NOT EXISTS nilo_jobs_version (
+    version         integer NOT NULL,   -- the table's version
+    compatible_from integer NOT NULL    -- the oldest version whose nilo-job works on it
+);
+
+-- name: upgrade_to_2
+-- Version 2 keeps the last failure's traceback beside its name and message. A nullable column
+-- without a default: PostgreSQL adds it to the catalog only, rewriting no row.
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS traceback text;
+
+-- name: has_version
+SELECT count(*) FROM information_schema.tables
+WHERE table_name = 'nilo_jobs_version' AND table_schema = current_schema();
+
+-- name: version
+SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
+
+-- name: forget_version
+DELETE FROM nilo_jobs_version;
+
+-- name: set_version
+INSERT INTO nilo_jobs_version (version, compatible_from) VALUES (%s, %s);
 
 -- name: columns
 SELECT column_name FROM information_schema.columns
@@ -106,13 +129,14 @@ RETURNING job.id;
 
 -- name: retrying
 UPDATE nilo_jobs
-SET state = 'queued', run_at = %s, lease_until = NULL, error = %s, detail = %s,
+SET state = 'queued', run_at = %s, lease_until = NULL, error = %s, detail = %s, traceback = %s,
     unique_key = CASE WHEN %s THEN NULL ELSE unique_key END
 WHERE id = %s AND state = 'running' AND attempts = %s;
 
 -- name: died
 UPDATE nilo_jobs
-SET state = 'dead', died_at = %s, lease_until = NULL, unique_key = NULL, error = %s, detail = %s
+SET state = 'dead', died_at = %s, lease_until = NULL, unique_key = NULL, error = %s, detail = %s,
+    traceback = %s
 WHERE id = %s AND state = 'running' AND attempts = %s;
 
 -- name: released
@@ -128,20 +152,23 @@ WHERE id = %s AND state = 'running' AND attempts = %s AND unique_key IS NOT NULL
 DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
 
 -- name: rows_queued
-SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at, detail
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
+       detail, traceback
 FROM nilo_jobs WHERE state = 'queued' ORDER BY run_at, id LIMIT %s;
 
 -- name: rows_running
-SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at, detail
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
+       detail, traceback
 FROM nilo_jobs WHERE state = 'running' ORDER BY run_at, id LIMIT %s;
 
 -- name: rows_dead
-SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at, detail
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
+       detail, traceback
 FROM nilo_jobs WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
 
 -- name: holding
 SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
-       detail
+       detail, traceback
 FROM nilo_jobs
 WHERE unique_key = %(key)s AND kind = ANY(%(kinds)s)
 ORDER BY kind;
@@ -155,13 +182,14 @@ SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
        (SELECT count(*) FROM nilo_jobs WHERE state = 'dead');
 
 -- name: dead_ones
-SELECT id, kind, error, attempts, payload::text, died_at FROM nilo_jobs
+SELECT id, kind, error, attempts, payload::text, died_at, detail, traceback FROM nilo_jobs
 WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
 
 -- name: retry_dead
 WITH again AS (
     UPDATE nilo_jobs
-    SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, died_at = NULL
+    SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
+        died_at = NULL
     WHERE id = %s AND state = 'dead'
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', run_at::text) FROM again;

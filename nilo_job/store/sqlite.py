@@ -20,10 +20,8 @@ from typing import TypeVar
 
 from .._errors import Refusal, StoreUnavailable
 from .._values import Stats
-from . import _sql
-from ._sql import check_columns, end_statement, unwrap_django
-from ._sql import row_view as _row_view
-from ._sql import rows_statement as _rows_statement
+from . import _schema, _sql
+from ._sql import claimed_row, dead_row, end_statement, row_view, rows_statement, unwrap_django
 from .contract import Claimed, DeadRow, End, NewRow, RowView
 
 T = TypeVar("T")
@@ -142,6 +140,9 @@ class SqliteTable:
                 check_same_thread=False,
                 timeout=self.busy_timeout_ms / 1_000,
             )
+            # Text that is not UTF-8 (a row some other program wrote) is read, not a failure of
+            # the whole statement: each reader says what was wrong with the row.
+            conn.text_factory = _text
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.path != ":memory:":
                 self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
@@ -208,12 +209,32 @@ class SqliteTable:
         return None  # no signal between processes: other processes' rows are found by polling
 
     async def create_missing(self) -> None:
-        """Create `nilo_jobs` and its indexes where missing (idempotent, safe to race)."""
-        await self._call(lambda conn: self._write(conn, lambda c: _script(c, SQL["create"])))
+        """Create `nilo_jobs` and its indexes where missing, or bring an older table up to this
+        version in place, keeping every row (idempotent, safe to race).
+
+        Raises:
+            StoreUnavailable: the table is from a newer nilo-job, or the file cannot be written.
+        """
+
+        def create(conn: sqlite3.Connection) -> None:
+            columns = {r[0] for r in conn.execute(SQL["columns"])}
+            steps = _schema.steps_from(columns, _recorded(conn), self.path)
+            _script(conn, SQL["create"])
+            if steps is None:
+                return  # newer than this version, and fine as it is
+            for step in steps:
+                _script(conn, SQL[step])
+            conn.execute(SQL["forget_version"])
+            conn.execute(SQL["set_version"], (_schema.VERSION, _schema.COMPATIBLE_FROM))
+
+        await self._call(lambda conn: self._write(conn, create))
 
     async def check(self) -> None:
-        columns = await self._call(lambda conn: {r[0] for r in conn.execute(SQL["columns"])})
-        check_columns(self.path, columns)
+        def read(conn: sqlite3.Connection) -> tuple[set[str], _schema.Recorded]:
+            return {r[0] for r in conn.execute(SQL["columns"])}, _recorded(conn)
+
+        columns, recorded = await self._call(read)
+        _schema.check(self.path, f"sqlite:///{self.path}", columns, recorded)
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -264,8 +285,7 @@ class SqliteTable:
         }
 
         def claim(conn: sqlite3.Connection) -> list[Claimed]:
-            rows = conn.execute(SQL["claim"], params).fetchall()
-            return [Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in rows]
+            return [claimed_row(r) for r in conn.execute(SQL["claim"], params).fetchall()]
 
         claimed = await self._call(lambda conn: self._write(conn, claim), work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
@@ -305,17 +325,17 @@ class SqliteTable:
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         rows = await self._call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
-        return [DeadRow(r[0], r[1], r[2] or "", r[3], r[4].encode(), r[5] or 0) for r in rows]
+        return [dead_row(r) for r in rows]
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        query = SQL[_rows_statement(state)]
+        query = SQL[rows_statement(state)]
         found = await self._call(lambda conn: conn.execute(query, (limit,)).fetchall())
-        return [_row_view(r) for r in found]
+        return [row_view(r) for r in found]
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
         params = {"key": key, "kinds": json.dumps(list(kinds))}
         found = await self._call(lambda conn: conn.execute(SQL["holding"], params).fetchall())
-        return [_row_view(r) for r in found]
+        return [row_view(r) for r in found]
 
     async def counts(self) -> dict[tuple[str, str], int]:
         found = await self._call(lambda conn: conn.execute(SQL["counts"]).fetchall())
@@ -327,6 +347,21 @@ class SqliteTable:
                 conn, lambda c: c.execute(SQL["retry_dead"], (now_us, row_id)).rowcount == 1
             )
         )
+
+
+def _text(data: bytes) -> str:
+    """How the store reads text: UTF-8, with bytes that are not kept as surrogates."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _recorded(conn: sqlite3.Connection) -> _schema.Recorded:
+    """What `nilo_jobs_version` records, or None when there is no record."""
+    if not conn.execute(SQL["has_version"]).fetchone()[0]:
+        return None
+    version, compatible = conn.execute(SQL["version"]).fetchone()
+    if not isinstance(version, int) or not isinstance(compatible, int):
+        return None
+    return version, compatible
 
 
 def _script(conn: sqlite3.Connection, script: str) -> None:

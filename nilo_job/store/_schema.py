@@ -1,0 +1,103 @@
+"""The shape of the `nilo_jobs` table, its version, and the in-place upgrade of an older one.
+
+The table is a promise: a change to it comes with an upgrade that keeps every row. The version a
+table has is recorded in a one-row table beside it, `nilo_jobs_version`, with the oldest version
+whose nilo-job still works on it (`compatible_from`); a table from before versions were recorded
+(version 1) is told by its columns. `create_missing()` (and `nilo-job
+migrate`) creates what is missing and runs each upgrade step from the table's version to this
+one's, in one transaction, so a table is never half upgraded. Every step adds what is new and
+changes nothing that was there, so workers of the previous version keep working on an upgraded
+table while a deploy rolls (or after it is rolled back). `check()` (at the start of every
+`serve`) refuses a table this version cannot work on with a sentence that says what to run.
+
+    version 1   the first table (id, kind, payload, state, run_at, lease_until, attempts,
+                unique_key, error, detail, died_at)
+    version 2   + traceback: the last failure's traceback
+"""
+
+from __future__ import annotations
+
+from .._errors import StoreUnavailable
+
+VERSION = 2
+"""The version of the table this nilo-job writes."""
+
+COMPATIBLE_FROM = 1
+"""The oldest version whose nilo-job still works on a table of this version: every step so far
+only adds nullable columns, which an older nilo-job neither reads nor needs."""
+
+Recorded = tuple[int, int] | None
+"""What `nilo_jobs_version` says: (version, compatible_from), or None when there is no record."""
+
+COLUMNS_1 = frozenset(
+    {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
+     "detail", "died_at"}
+)  # fmt: skip
+COLUMNS = COLUMNS_1 | {"traceback"}
+"""The columns this version reads and writes."""
+
+STEPS = {2: "upgrade_to_2"}
+"""The statement that brings a table to each version from the one before."""
+
+
+def version_of(columns: set[str], recorded: Recorded) -> int:
+    """The version of a table with `columns`, whose version table says `recorded` (None: it has
+    none); 0 when there is no table."""
+    if recorded is not None:
+        return recorded[0]
+    if not columns:
+        return 0
+    return 2 if "traceback" in columns else 1
+
+
+def steps_from(columns: set[str], recorded: Recorded, where: str) -> list[str] | None:
+    """The upgrade statements that bring the table to this version, in order; None when the
+    table is newer than this version and still works with it (it is left as it is).
+
+    Raises:
+        StoreUnavailable: the table is newer than this nilo-job can work on.
+    """
+    version = version_of(columns, recorded)
+    if version > VERSION:
+        if recorded is not None and recorded[1] > VERSION:
+            raise _newer(version, where)
+        return None
+    if not columns:
+        return []
+    return [STEPS[v] for v in range(version + 1, VERSION + 1)]
+
+
+def check(where: str, target: str, columns: set[str], recorded: Recorded) -> None:
+    """Answer when the table in `where` (migrated with `nilo-job migrate target`) is one this
+    version reads and writes.
+
+    Raises:
+        StoreUnavailable: there is no table, it is not nilo-job's, it is older (run `nilo-job
+            migrate`), or newer (upgrade nilo-job); the sentence says which.
+    """
+    if not columns:
+        raise StoreUnavailable(
+            f"there is no nilo_jobs table in {where}: run `nilo-job migrate {target}` (or call "
+            "await table.create_missing()) before serving"
+        )
+    if recorded is not None and recorded[0] > VERSION and recorded[1] > VERSION:
+        raise _newer(recorded[0], where)
+    if missing := COLUMNS_1 - columns:
+        raise StoreUnavailable(
+            f"the nilo_jobs table in {where} is not nilo-job's: it lacks "
+            f"{', '.join(sorted(missing))}"
+        )
+    if COLUMNS - columns:
+        found = version_of(columns, recorded)
+        raise StoreUnavailable(
+            f"the nilo_jobs table in {where} is at version {found}, from an older nilo-job, and "
+            f"this one needs version {VERSION}: run `nilo-job migrate {target}` to upgrade it in "
+            "place (every row is kept, and workers of the older version keep working on it)"
+        )
+
+
+def _newer(version: int, where: str) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"the nilo_jobs table in {where} is at version {version}, from a newer nilo-job than this "
+        f"one can work on (it knows up to version {VERSION}): upgrade nilo-job here"
+    )
