@@ -53,16 +53,38 @@ class Codec:
         name = self.cls.__name__
         try:
             data = self._encoder.encode(value)
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+        except UnicodeEncodeError as error:
+            raise Refusal(
+                f"{name} holds text that is not valid Unicode ({error.reason}: "
+                f"{error.object[error.start : error.end]!a}), which no store can keep: a str "
+                "read from a file name or the OS may need os.fsencode(...).decode(errors=...) "
+                "first; nothing was pushed"
+            ) from None
+        except RecursionError:
+            raise Refusal(_too_deep(name, None)) from None
+        except Exception as error:  # whatever a field's value does when it is written
             raise Refusal(
                 f"{name} cannot be written as JSON: {error}; nothing was pushed"
             ) from None
+        if data.count(b"[") + data.count(b"{") > MAX_DEPTH and (depth := _depth(data)) > MAX_DEPTH:
+            raise Refusal(_too_deep(name, depth))
         # The common case costs a decode and an ==; the reasons are looked for only on failure.
         try:
             back = self._decoder.decode(data)
         except msgspec.ValidationError as error:
             raise Refusal(self._why(value, _explain(name, str(error)))) from None
-        if not _equal(back, value):
+        except Exception as error:
+            raise Refusal(
+                f"{name} would not come back from JSON ({error}); nothing was pushed"
+            ) from None
+        try:
+            equal = _equal(back, value)
+        except Exception as error:  # Decimal("sNaN") == anything raises, for one
+            raise Refusal(
+                f"{name} holds a value that cannot be compared with what comes back from JSON "
+                f"({type(error).__name__}), so it cannot be checked: nothing was pushed"
+            ) from None
+        if not equal:
             raise Refusal(self._why(value, _difference(name, back, value))) from None
         return data
 
@@ -92,13 +114,50 @@ class Codec:
             ) from None
 
 
+MAX_DEPTH = 256
+"""The deepest nesting of arrays and objects a payload may have. A worker reads JSON with
+Python's recursion limit (1,000 by default), so a payload pushed by a process with a higher one
+could be deeper than a worker can read: such a value is refused at push."""
+
+
+def _too_deep(name: str, depth: int | None) -> str:
+    how = "" if depth is None else f" ({depth} levels)"
+    return (
+        f"{name} nests lists and dicts too deeply{how}: a payload may nest at most {MAX_DEPTH} "
+        "levels, so that every worker can read it back; nothing was pushed"
+    )
+
+
+def _depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in the JSON `data` (brackets in strings do not
+    count)."""
+    deepest = depth = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
+
+
 def plain(payload: bytes) -> Any:
     """A stored payload as plain JSON values (dicts, lists, str, numbers), for an operator: what a
     row holds whether or not it still fits its class; text that is not JSON comes back as a str.
     """
     try:
         return msgspec.json.decode(payload)
-    except msgspec.DecodeError:
+    except Exception:  # not JSON, not UTF-8, too deep: the text, as it can be shown
         return payload.decode(errors="replace")
 
 

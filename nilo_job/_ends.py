@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -22,9 +23,24 @@ from typing import Any
 
 from ._errors import StoreUnavailable
 from ._grouped import Grouped
-from .store.contract import Claimed, End, Released, Store
+from .store.contract import Claimed, Died, End, Released, Retrying, Store
 
 log = logging.getLogger("nilo_job")
+
+
+def _in_ascii(end: End) -> End | None:
+    """`end` with its error's name, message and traceback in ASCII (escaped), or None when
+    they are already."""
+    if not isinstance(end, Retrying | Died):
+        return None
+    texts = (end.error, end.detail, end.traceback)
+    if all(text.isascii() and "\x00" not in text for text in texts):
+        return None
+    error, detail, trace = (
+        text.encode("ascii", "backslashreplace").decode().replace("\x00", "\\x00")
+        for text in texts
+    )
+    return dataclasses.replace(end, error=error, detail=detail, traceback=trace)
 
 
 def released(row: Claimed) -> Released:
@@ -103,6 +119,19 @@ class Ends:
                 )  # fmt: skip
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
+            except Exception as error:
+                # Its text is storable already (`_failure`); should a store refuse it anyway,
+                # the end is written with its text in plain ASCII rather than not at all.
+                plainer = _in_ascii(end)
+                if plainer is None:
+                    raise
+                log.error(
+                    "%s row %d: the store refused its end (%s: %s); writing it again with its "
+                    "error's text in ASCII",
+                    kind, row.id, type(error).__name__, error,
+                    extra={"kind": kind, "row": row.id},
+                )  # fmt: skip
+                end = plainer
             else:
                 return applied
 

@@ -22,6 +22,25 @@ from ._values import Missed, Overlap, Retry, Run, Tick
 MAX_NAME_BYTES = 64
 """The longest kind name and unique key, in UTF-8 bytes."""
 
+
+def name_problem(text: str) -> str | None:
+    """Why `text` cannot be a kind's name or a unique key (a column every store keeps as text),
+    or None when it can: it must be UTF-8 (no lone surrogate), hold no NUL character, and be at
+    most `MAX_NAME_BYTES` bytes."""
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError as error:
+        return (
+            f"it holds {text[error.start : error.end]!a}, which is not valid Unicode (a lone "
+            "surrogate) and no store can keep"
+        )
+    if "\x00" in text:
+        return "it holds a NUL character, which PostgreSQL cannot keep in text"
+    if size > MAX_NAME_BYTES:
+        return f"it is {size} bytes, and at most {MAX_NAME_BYTES} bytes are kept"
+    return None
+
+
 _SETTINGS = ("nilo_job", "retry", "final", "timeout_ms", "schedule", "overlap", "missed")
 
 
@@ -155,11 +174,8 @@ def _read_name(cls: type) -> str:
         )
     if not isinstance(value, str) or not value.strip():
         raise Refusal(f'{name}.nilo_job must be a non-empty str, like nilo_job = "send-welcome"')
-    if len(value.encode()) > MAX_NAME_BYTES:
-        raise Refusal(
-            f"{name}.nilo_job is {len(value.encode())} bytes; a kind's name is at most "
-            f"{MAX_NAME_BYTES} bytes: shorten it"
-        )
+    if (problem := name_problem(value)) is not None:
+        raise Refusal(f"{name}.nilo_job cannot be a kind's name: {problem}. Choose another")
     return value
 
 

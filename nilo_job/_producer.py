@@ -22,7 +22,7 @@ from ._ends import Ends, released
 from ._errors import Refusal
 from ._feed import Feed
 from ._grouped import Grouped
-from ._kinds import MAX_NAME_BYTES, Kind
+from ._kinds import MAX_NAME_BYTES, Kind, name_problem
 from ._observe import Observers
 from ._spaces import Space
 from ._status import Statuses
@@ -107,10 +107,10 @@ class Producer:
         if unique is not None:
             if not isinstance(unique, str) or not unique:
                 raise Refusal(f"unique={unique!r}: a non-empty str key")
-            if len(unique.encode()) > MAX_NAME_BYTES:
+            if (problem := name_problem(unique)) is not None:
                 raise Refusal(
-                    f"unique is {len(unique.encode())} bytes; a key is at most {MAX_NAME_BYTES}"
-                    " bytes: hash or shorten it"
+                    f"unique={unique[:80]!a} cannot be a key: {problem}. Hash it or shorten it "
+                    f"(a key is at most {MAX_NAME_BYTES} bytes of UTF-8)"
                 )
         return kind, NewRow(kind.name, kind.codec.encode(value), run_at, unique)
 

@@ -1,6 +1,7 @@
 """PostgreSQL connections: the store's pools, the connections it keeps beside them, and forks.
 
-`Connections` is where every statement of the PostgreSQL store finds its connection:
+`Connections` is where every statement of the PostgreSQL store finds its connection. A store
+opened from a URL has
 
 - the ordinary pool, for pushes, cancels, retries of dead rows and reads; they commit durably;
 - the workers' pool, for claims and ends, whose sessions commit with `synchronous_commit = off`
@@ -9,31 +10,66 @@
   `limit` rows; on a table not yet analysed the planner may otherwise fetch every due row and
   sort them, once per claim);
 - two connections kept beside the pools (`Kept`), one for one-row pushes and one for serve's
-  claims, calls that come one at a time and then skip the pool's checkout and return.
+  claims, calls that come one at a time and then skip the pool's checkout and return;
+- while serve runs, one connection that listens for other processes' pushes (`_pg_listen`).
 
-A store over an application's own pool uses that pool for the ordinary statements and keeps no
-connection of its own beside it. After a fork, the parent's pools and connections are replaced
-before anything reads them. Outages are `StoreUnavailable`, with the driver's sentence.
+A store over an application's own pool opens no connection of its own: every statement checks
+one out of that pool (claims and ends then commit durably, since a session setting would outlive
+the checkout), and serve's listener holds one of the pool's connections while it runs. After a
+fork, the parent's pools and connections are replaced before anything reads them.
+
+Every connection has a bounded connect time: `connect_timeout` from the URL, or 10 s. A server
+that cannot be reached within it, and the driver's errors that mean the table is missing or
+older than this version, are `StoreUnavailable` with a sentence naming the server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
-from psycopg import pq
+from psycopg import errors, pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .._errors import StoreUnavailable
+from . import _schema
 
 DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 """The driver's exceptions that mean the server cannot be reached (or the pool gave up)."""
 
+CONNECT_TIMEOUT_S = 10
+"""How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
+
 _WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
+
+
+def where(conninfo: str) -> str:
+    """`host:port/dbname` of a connection string, for sentences (never its password); the
+    string itself, cut, when it cannot be read."""
+    try:
+        shown = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return conninfo.split("@")[-1][:80]
+    port = f":{shown['port']}" if shown.get("port") else ""
+    return f"{shown.get('host', '')}{port}/{shown.get('dbname', '')}"
+
+
+def with_timeout(conninfo: str) -> tuple[str, float]:
+    """`conninfo` with a connect timeout (the URL's own, or `CONNECT_TIMEOUT_S`), and that
+    timeout in seconds."""
+    given = conninfo_to_dict(conninfo).get("connect_timeout")
+    if given is None:
+        return make_conninfo(conninfo, connect_timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S
+    try:
+        return conninfo, max(2.0, float(given))  # libpq waits 2 s at the least
+    except ValueError:
+        return conninfo, CONNECT_TIMEOUT_S
 
 
 class Connections:
@@ -41,12 +77,17 @@ class Connections:
 
     Args:
         conninfo: the connection string.
-        pool: the application's own pool, or None for one of the store's own.
-        max_size: the most connections the store's own pool opens.
+        pool: the application's own pool, or None for pools of the store's own.
+        max_size: the most connections the store's own ordinary pool opens.
+        target: the URL `nilo-job migrate` is given for this database, for sentences.
     """
 
-    def __init__(self, conninfo: str, pool: AsyncConnectionPool[Any] | None, max_size: int) -> None:
-        self.conninfo = conninfo
+    def __init__(
+        self, conninfo: str, pool: AsyncConnectionPool[Any] | None, max_size: int, target: str
+    ) -> None:
+        self.conninfo, self.timeout_s = with_timeout(conninfo)
+        self.where = where(conninfo)
+        self.target = target
         self.pool = pool
         self.owns_pool = pool is None
         self.kwargs: dict[str, Any] = {}
@@ -55,12 +96,44 @@ class Connections:
         self.max_size = max_size
         self.work_pool: AsyncConnectionPool[Any] | None = None
         self.opening: asyncio.Lock | None = None
-        self.kept_push = Kept(conninfo, {})
-        self.kept_claim = Kept(conninfo, {"options": _WORK})
+        self.kept_push = Kept(self, {})
+        self.kept_claim = Kept(self, {"options": _WORK})
         self.pid = os.getpid()
 
+    def unavailable(self, error: Exception) -> StoreUnavailable:
+        """`error` from the driver as the store's error, with a sentence."""
+        if isinstance(error, errors.UndefinedTable):
+            return _schema.no_table(self.where, self.target)
+        if isinstance(error, errors.UndefinedColumn):
+            return _schema.older(self.where, self.target, "1 or another older one")
+        if isinstance(error, PoolTimeout):
+            return StoreUnavailable(
+                f"PostgreSQL at {self.where}: no connection could be had within "
+                f"{self.timeout_s:g} s ({error})"
+            )
+        return StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {error}")
+
+    async def connect(self, **options: Any) -> psycopg.AsyncConnection[Any]:
+        """A new connection in autocommit, within the connect timeout.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached in time.
+        """
+        try:
+            async with asyncio.timeout(self.timeout_s + 1):
+                return await psycopg.AsyncConnection.connect(
+                    self.conninfo, autocommit=True, **options
+                )
+        except TimeoutError as error:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {self.where}: no answer within {self.timeout_s:g} s"
+            ) from error
+        except DOWN as error:
+            raise self.unavailable(error) from error
+
     async def get_pool(self, *, work: bool = False) -> AsyncConnectionPool[Any]:
-        """The ordinary pool, or (`work`) the workers' own; opened on first use.
+        """The ordinary pool, or (`work`) the workers' own (the application's pool, when the
+        store was given one); opened on first use.
 
         Raises:
             StoreUnavailable: the server cannot be reached.
@@ -68,10 +141,11 @@ class Connections:
         if self.pid != os.getpid():
             # A forked child: the parent's pools and their connections are not ours.
             self.pid, self.work_pool, self.opening = os.getpid(), None, None
-            self.kept_push = Kept(self.conninfo, {})
-            self.kept_claim = Kept(self.conninfo, {"options": _WORK})
+            self.kept_push = Kept(self, {})
+            self.kept_claim = Kept(self, {"options": _WORK})
             if self.owns_pool:
                 self.pool = None
+        work = work and self.owns_pool
         current = self.work_pool if work else self.pool
         if current is not None and not current.closed:
             return current
@@ -92,10 +166,7 @@ class Connections:
     ) -> AsyncConnectionPool[Any]:
         # One plain connection first: a server that is down or a wrong password is said at
         # once, in the driver's words, instead of after the pool's timeout.
-        try:
-            probe = await psycopg.AsyncConnection.connect(self.conninfo)
-        except DOWN as error:
-            raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
+        probe = await self.connect()
         await probe.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.conninfo,
@@ -104,12 +175,13 @@ class Connections:
             kwargs={**self.kwargs, "autocommit": True, **extra},
             open=False,
             name=name,
+            timeout=self.timeout_s,
         )
         try:
-            await pool.open(wait=True, timeout=10)
+            await pool.open(wait=True, timeout=self.timeout_s)
         except DOWN as error:
             await pool.close()
-            raise StoreUnavailable(f"cannot reach PostgreSQL: {error}") from error
+            raise self.unavailable(error) from error
         return pool
 
     async def run(
@@ -123,7 +195,7 @@ class Connections:
         (a single statement commits on its own, saving two round trips).
 
         Raises:
-            StoreUnavailable: the server cannot be reached.
+            StoreUnavailable: the server cannot be reached, or the table is missing or older.
         """
         pool = await self.get_pool(work=work)
         try:
@@ -132,8 +204,8 @@ class Connections:
                     return await fn(conn)
                 async with conn.transaction():
                     return await fn(conn)
-        except DOWN as error:
-            raise StoreUnavailable(f"PostgreSQL: {error}") from error
+        except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
+            raise self.unavailable(error) from error
 
     async def kept_run(
         self, fn: Callable[[psycopg.AsyncConnection[Any]], Any], *, work: bool
@@ -144,7 +216,7 @@ class Connections:
         behind that pool.
 
         Raises:
-            StoreUnavailable: the server cannot be reached.
+            StoreUnavailable: the server cannot be reached, or the table is missing or older.
         """
         # An unreachable server is said in a sentence here; after a fork, the parent's pools
         # and kept connections are replaced before either is read below.
@@ -155,6 +227,36 @@ class Connections:
             if done:
                 return answer
         return await self.run(fn, work=work, transaction=False)
+
+    @contextlib.asynccontextmanager
+    async def listening(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection in autocommit for LISTEN, for as long as the block lasts: one of its
+        own for a store opened from a URL; one held out of the application's pool otherwise
+        (given back as it was found, with UNLISTEN).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        if self.owns_pool or self.pool is None:
+            conn = await self.connect()
+            try:
+                yield conn
+            finally:
+                await conn.close()
+            return
+        try:
+            async with self.pool.connection() as conn:
+                autocommit = conn.autocommit
+                await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    if not conn.closed:
+                        with contextlib.suppress(*DOWN):
+                            await conn.execute("UNLISTEN *")
+                            await conn.set_autocommit(autocommit)
+        except DOWN as error:
+            raise self.unavailable(error) from error
 
     async def close(self) -> None:
         """Close what the store opened; an application's pool stays open."""
@@ -181,8 +283,8 @@ class Kept:
     using it at that moment.
     """
 
-    def __init__(self, conninfo: str, options: dict[str, Any]) -> None:
-        self.conninfo = conninfo
+    def __init__(self, connections: Connections, options: dict[str, Any]) -> None:
+        self.connections = connections
         self.options = options
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -204,12 +306,7 @@ class Kept:
                 return False, None
             conn = self.conn
             if conn is None or conn.closed:
-                try:
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.conninfo, autocommit=True, **self.options
-                    )
-                except DOWN as error:
-                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
+                conn = await self.connections.connect(**self.options)
                 self.conn = conn
             self.loop = loop
             try:
@@ -219,8 +316,8 @@ class Kept:
                     # Broken, or cut off mid-statement: the next call opens a fresh one.
                     self.conn = self.loop = None
                     await conn.close()
-                if isinstance(error, DOWN):
-                    raise StoreUnavailable(f"PostgreSQL: {error}") from error
+                if isinstance(error, (*DOWN, errors.UndefinedTable, errors.UndefinedColumn)):
+                    raise self.connections.unavailable(error) from error
                 raise
             finally:
                 if self.closing:  # close() came while this call held it (or was opening it)

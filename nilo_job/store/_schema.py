@@ -67,6 +67,23 @@ def steps_from(columns: set[str], recorded: Recorded, where: str) -> list[str] |
     return [STEPS[v] for v in range(version + 1, VERSION + 1)]
 
 
+def no_table(where: str, target: str) -> StoreUnavailable:
+    """The error for a database without the table."""
+    return StoreUnavailable(
+        f"there is no nilo_jobs table in {where}: run `nilo-job migrate {target}` (or call "
+        "await table.create_missing()) before serving"
+    )
+
+
+def older(where: str, target: str, found: int | str) -> StoreUnavailable:
+    """The error for a table from an older nilo-job (`found` is its version, or a word)."""
+    return StoreUnavailable(
+        f"the nilo_jobs table in {where} is at version {found}, from an older nilo-job, and "
+        f"this one needs version {VERSION}: run `nilo-job migrate {target}` to upgrade it in "
+        "place (every row is kept, and workers of the older version keep working on it)"
+    )
+
+
 def check(where: str, target: str, columns: set[str], recorded: Recorded) -> None:
     """Answer when the table in `where` (migrated with `nilo-job migrate target`) is one this
     version reads and writes.
@@ -76,10 +93,7 @@ def check(where: str, target: str, columns: set[str], recorded: Recorded) -> Non
             migrate`), or newer (upgrade nilo-job); the sentence says which.
     """
     if not columns:
-        raise StoreUnavailable(
-            f"there is no nilo_jobs table in {where}: run `nilo-job migrate {target}` (or call "
-            "await table.create_missing()) before serving"
-        )
+        raise no_table(where, target)
     if recorded is not None and recorded[0] > VERSION and recorded[1] > VERSION:
         raise _newer(recorded[0], where)
     if missing := COLUMNS_1 - columns:
@@ -88,12 +102,7 @@ def check(where: str, target: str, columns: set[str], recorded: Recorded) -> Non
             f"{', '.join(sorted(missing))}"
         )
     if COLUMNS - columns:
-        found = version_of(columns, recorded)
-        raise StoreUnavailable(
-            f"the nilo_jobs table in {where} is at version {found}, from an older nilo-job, and "
-            f"this one needs version {VERSION}: run `nilo-job migrate {target}` to upgrade it in "
-            "place (every row is kept, and workers of the older version keep working on it)"
-        )
+        raise older(where, target, version_of(columns, recorded))
 
 
 def _newer(version: int, where: str) -> StoreUnavailable:

@@ -17,12 +17,13 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import Refusal
 from .._values import Stats
 from . import _schema, _sql
-from ._pg_connections import Connections
+from ._pg_connections import Connections, where
 from ._pg_listen import listen
 from ._sql import dead_row, end_statement, row_view, rows_statement, unwrap_django
 from .contract import Claimed, DeadRow, Done, End, NewRow, RowView
@@ -50,6 +51,13 @@ class PostgresTable:
 
     def __init__(self, target: str | AsyncConnectionPool[Any], *, max_size: int = 10) -> None:
         if isinstance(target, str):
+            try:
+                conninfo_to_dict(target)
+            except psycopg.ProgrammingError as error:
+                raise Refusal(
+                    f"job.Table({_hidden(target)!r}) is not a connection string PostgreSQL "
+                    f"reads: {str(error).strip()}"
+                ) from None
             self.conninfo = target
             pool = None
         elif isinstance(target, AsyncConnectionPool):
@@ -61,13 +69,10 @@ class PostgresTable:
                 "psycopg_pool.AsyncConnectionPool"
             )
         self.max_size = max_size
-        self._connections = Connections(self.conninfo, pool, max_size)
+        self._connections = Connections(self.conninfo, pool, max_size, self._target())
 
     def __repr__(self) -> str:
-        shown = psycopg.conninfo.conninfo_to_dict(self.conninfo)
-        shown.pop("password", None)
-        where = f"{shown.get('host', '')}:{shown.get('port', '')}/{shown.get('dbname', '')}"
-        return f"job.Table('postgresql://{where}')"
+        return f"job.Table('postgresql://{where(self.conninfo)}')"
 
     @property
     def ddl(self) -> str:
@@ -132,8 +137,10 @@ class PostgresTable:
         _schema.check(repr(self), self._target(), columns, recorded)
 
     def _target(self) -> str:
-        """The URL an operator passes to `nilo-job migrate`, without its password."""
-        return repr(self).removeprefix("job.Table('").removesuffix("')")
+        """The URL an operator passes to `nilo-job migrate`, its password hidden."""
+        if self.conninfo.startswith(("postgresql://", "postgres://")):
+            return _hidden(self.conninfo)
+        return f"postgresql://{where(self.conninfo)}"
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -298,7 +305,16 @@ class PostgresTable:
     async def watch(self, wake: Callable[[int | None], None]) -> None:
         """Call `wake(run_at)` for every row another process pushes, until cancelled (LISTEN on
         a connection of its own; see `_pg_listen`)."""
-        await listen(self.conninfo, wake)
+        await listen(self._connections, wake)
+
+
+def _hidden(url: str) -> str:
+    """`url` with its password, if any, replaced by stars."""
+    head, at, tail = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    user = head.rsplit(":", 1)[0]
+    return f"{user}:***@{tail}"
 
 
 async def _read_schema(

@@ -84,7 +84,11 @@ class SqliteTable:
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
-        return f"job.Table('sqlite:///{self.path}')"
+        return f"job.Table('{self._target()}')"
+
+    def _target(self) -> str:
+        """The URL of this file, as `nilo-job migrate` takes it."""
+        return f"sqlite:///{self.path}"
 
     @property
     def ddl(self) -> str:
@@ -124,7 +128,12 @@ class SqliteTable:
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise
-            if "locked" in str(error) or "busy" in str(error):
+            text = str(error)
+            if "no such table: nilo_jobs" in text:
+                raise _schema.no_table(self.path, self._target()) from error
+            if "no such column" in text or "has no column named" in text:
+                raise _schema.older(self.path, self._target(), "1") from error
+            if "locked" in text or "busy" in text:
                 raise StoreUnavailable(
                     f"SQLite at {self.path} stayed locked for {self.busy_timeout_ms / 1_000:g} s: "
                     "another connection holds a write transaction on it. If that is your own "
@@ -234,7 +243,7 @@ class SqliteTable:
             return {r[0] for r in conn.execute(SQL["columns"])}, _recorded(conn)
 
         columns, recorded = await self._call(read)
-        _schema.check(self.path, f"sqlite:///{self.path}", columns, recorded)
+        _schema.check(self.path, self._target(), columns, recorded)
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -268,10 +277,7 @@ class SqliteTable:
             return _insert(tx, rows)
         except sqlite3.OperationalError as error:
             if "no such table" in str(error):
-                raise StoreUnavailable(
-                    f"there is no nilo_jobs table in {self.path}: call await "
-                    "table.create_missing() first"
-                ) from error
+                raise _schema.no_table(self.path, self._target()) from error
             raise
 
     async def claim(
