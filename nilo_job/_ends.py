@@ -37,8 +37,7 @@ def _in_ascii(end: End) -> End | None:
     if all(text.isascii() and "\x00" not in text for text in texts):
         return None
     error, detail, trace = (
-        text.encode("ascii", "backslashreplace").decode().replace("\x00", "\\x00")
-        for text in texts
+        text.encode("ascii", "backslashreplace").decode().replace("\x00", "\\x00") for text in texts
     )
     return dataclasses.replace(end, error=error, detail=detail, traceback=trace)
 

@@ -11,13 +11,26 @@ and last lines, where the call and the raise are).
 
 from __future__ import annotations
 
+import os
 import traceback as _traceback
 from dataclasses import dataclass
+from types import TracebackType
 
 NAME_CHARS = 200
 MESSAGE_CHARS = 2_000
 TRACEBACK_CHARS = 10_000
 ESCAPED = " [nilo-job: characters no store can keep were escaped]"
+_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_traceback(error: BaseException) -> TracebackType | None:
+    """`error`'s traceback from the first frame that is not nilo-job's own (the frames that
+    called `run` say nothing about the failure); the whole of it when every frame is ours (a
+    timeout, raised by the queue itself)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OURS):
+        tb = tb.tb_next
+    return error.__traceback__ if tb is None else tb
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +67,7 @@ def describe(error: BaseException) -> Failure:
     except Exception:
         message = f"<{type(error).__name__}: its message could not be read>"
     try:
-        lines = _traceback.format_exception(error)
+        lines = _traceback.format_exception(type(error), error, user_traceback(error))
     except Exception:
         lines = [f"{name}: <its traceback could not be read>\n"]
     text = "".join(lines)

@@ -41,7 +41,7 @@ from ._sync import SyncJobs
 from ._ticks import Ticks
 from ._values import Dead, State, Stats, Status
 from ._wakeups import Wakeups
-from .store.contract import INT64_MAX, Store
+from .store.contract import INT64_MAX, DeadRow, Store
 
 
 def _positive(name: str, value: object) -> int:
@@ -374,22 +374,12 @@ class Jobs:
         as plain values.
 
         Raises:
+            Refusal: `limit` is not a whole number from 1 to 100,000.
             StoreUnavailable: the store cannot be reached.
         """
-        rows = await self.store.dead_ones(limit)
-        return [
-            Dead(
-                id=row.id,
-                kind=row.kind,
-                error=row.error,
-                attempts=row.attempts,
-                payload=plain(row.payload),
-                died_at=row.died_at,
-                message=row.detail,
-                traceback=row.traceback,
-            )
-            for row in rows
-        ]
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= 100_000:
+            raise Refusal(f"dead_ones(limit={limit!r}): a count of rows, from 1 to 100,000")
+        return [dead(row) for row in await self.store.dead_ones(limit)]
 
     async def retry_dead(self, row_id: int) -> bool:
         """Queue a dead row again, due now, from its first attempt with the full retry budget.
@@ -539,6 +529,15 @@ class Jobs:
         """
         async with self._server.serving(grace_ms):
             yield self
+
+
+def dead(row: DeadRow) -> Dead:
+    """A dead row as users read it: its payload as plain values (it may no longer fit its
+    class)."""
+    return Dead(
+        row.id, row.kind, row.error, row.attempts, plain(row.payload), row.died_at, row.detail,
+        row.traceback,
+    )  # fmt: skip
 
 
 def _is_row_id(row_id: object) -> bool:

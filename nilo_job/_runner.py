@@ -22,7 +22,7 @@ from . import _policy
 from ._calling import Execution, arguments, call_async, call_in_thread
 from ._ends import Ends
 from ._errors import BadPayload, LeaseLost
-from ._failure import MESSAGE_CHARS, storable
+from ._failure import MESSAGE_CHARS, storable, user_traceback
 from ._kinds import Kind
 from ._observe import Observers, Outcome
 from ._status import Statuses
@@ -316,7 +316,7 @@ def _exc_info(
     error: BaseException | None,
 ) -> tuple[type[BaseException], BaseException, TracebackType | None] | None:
     """What `logging` takes to print `error` with its traceback."""
-    return None if error is None else (type(error), error, error.__traceback__)
+    return None if error is None else (type(error), error, user_traceback(error))
 
 
 def _outcome(end: End) -> Outcome:

@@ -32,10 +32,10 @@ from typing import Any, TypeVar
 import click
 
 from ._clock import now_us
-from ._codec import plain
 from ._errors import JobError, Refusal
 from ._load import load
 from ._queue import Jobs
+from ._queue import dead as dead_value
 from ._table import Table
 from ._values import Dead, Stats
 from .dashboard import dashboard_command
@@ -45,7 +45,13 @@ T = TypeVar("T")
 
 
 @click.group()
-@click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Python logging level.",
+)
 def main(log_level: str) -> None:
     """nilo-job: run and inspect a job queue."""
     logging.basicConfig(
@@ -144,19 +150,7 @@ class Target:
     async def dead_ones(self, limit: int) -> list[Dead]:
         if self.jobs is not None:
             return await self.jobs.dead_ones(limit)
-        return [
-            Dead(
-                row.id,
-                row.kind,
-                row.error,
-                row.attempts,
-                plain(row.payload),
-                row.died_at,
-                row.detail,
-                row.traceback,
-            )
-            for row in await self.store.dead_ones(limit)
-        ]
+        return [dead_value(row) for row in await self.store.dead_ones(limit)]
 
     async def retry_dead(self, row_id: int) -> bool:
         if self.jobs is not None:
@@ -244,7 +238,12 @@ def utc(us: int) -> str:
 
 def compact(value: Any, width: int = 60) -> str:
     """`value` as one line of JSON, cut to `width` characters with an ellipsis."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return cut(json.dumps(value, separators=(",", ":"), ensure_ascii=False), width)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -252,6 +251,7 @@ def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False))
 
 
+ROW_ID = click.IntRange(1, 2**63 - 1)  # a row id is a 64-bit integer on every store
 TARGET_HELP = "TARGET is a database URL (sqlite:///app.db, postgresql://…) or module:attr."
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
@@ -272,14 +272,19 @@ def stats(target: str, as_json: bool) -> None:
 @main.command(epilog=TARGET_HELP, short_help="List the dead rows, newest first.")
 @click.argument("target")
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=100, show_default=True, help="Rows at most."
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="Rows at most.",
 )
 @JSON_OPTION
 def dead(target: str, limit: int, as_json: bool) -> None:
-    """List the dead rows, newest first: the error's name, the attempts, when, the payload.
+    """List the dead rows, newest first: the error's name and message, the attempts, when, the
+    payload.
 
-    --json prints a list of objects with the whole payload and `died_at` in microseconds since
-    the epoch.
+    --json prints a list of objects with the whole payload, message and traceback, and
+    `died_at` in microseconds since the epoch.
     """
     rows = run_on(open_target(target), lambda found: found.dead_ones(limit))
     if as_json:
@@ -292,6 +297,8 @@ def dead(target: str, limit: int, as_json: bool) -> None:
                     "attempts": row.attempts,
                     "died_at": row.died_at,
                     "payload": row.payload,
+                    "message": row.message,
+                    "traceback": row.traceback,
                 }
                 for row in rows
             ]
@@ -307,20 +314,21 @@ def dead(target: str, limit: int, as_json: bool) -> None:
                     str(row.id),
                     row.kind,
                     row.error,
+                    cut(row.message, 40),
                     str(row.attempts),
                     utc(row.died_at),
                     compact(row.payload),
                 )
                 for row in rows
             ],
-            header=("ID", "KIND", "ERROR", "ATTEMPTS", "DIED (UTC)", "PAYLOAD"),
+            header=("ID", "KIND", "ERROR", "MESSAGE", "ATTEMPTS", "DIED (UTC)", "PAYLOAD"),
         )
     )
 
 
 @main.command(epilog=TARGET_HELP, short_help="Queue a dead row again from its first attempt.")
 @click.argument("target")
-@click.argument("row_id", metavar="ID", type=click.IntRange(min=1))
+@click.argument("row_id", metavar="ID", type=ROW_ID)
 @JSON_OPTION
 def retry(target: str, row_id: int, as_json: bool) -> None:
     """Queue the dead row ID again, due now, from its first attempt. Exits 1 if ID is not a dead
@@ -336,7 +344,7 @@ def retry(target: str, row_id: int, as_json: bool) -> None:
 
 @main.command(epilog=TARGET_HELP, short_help="Take back a queued row before it runs.")
 @click.argument("target")
-@click.argument("row_id", metavar="ID", type=click.IntRange(min=1))
+@click.argument("row_id", metavar="ID", type=ROW_ID)
 @JSON_OPTION
 def cancel(target: str, row_id: int, as_json: bool) -> None:
     """Take back the queued row ID (one waiting for a retry too) before it runs. Exits 1 if no

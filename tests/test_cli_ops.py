@@ -24,9 +24,11 @@ T = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC, in microseconds
 NILO_JOB = Path(sys.executable).parent / "nilo-job"
 
 DEAD_TABLE = (
-    "ID  KIND      ERROR     ATTEMPTS  DIED (UTC)           PAYLOAD\n"
-    '2   ops-mail  Rejected  1         2023-11-14 22:13:21  {"to":"b@example.com","fail":true}\n'
-    '1   ops-mail  Rejected  1         2023-11-14 22:13:20  {"to":"a@example.com","fail":true}\n'
+    "ID  KIND      ERROR     MESSAGE            ATTEMPTS  DIED (UTC)           PAYLOAD\n"
+    "2   ops-mail  Rejected  550 b@example.com  1         2023-11-14 22:13:21  "
+    '{"to":"b@example.com","fail":true}\n'
+    "1   ops-mail  Rejected  550 a@example.com  1         2023-11-14 22:13:20  "
+    '{"to":"a@example.com","fail":true}\n'
 )
 
 
@@ -81,6 +83,13 @@ def test_stats_dead_retry_and_cancel_over_a_database_url(url: str) -> None:
             "attempts": 1,
             "died_at": T + 1_000_000,
             "payload": {"to": "b@example.com", "fail": True},
+            "message": "550 b@example.com",
+            "traceback": (
+                "Traceback (most recent call last):\n"
+                f'  File "{Path(__file__).parent / "cli_ops_queue.py"}", line 29, in run\n'
+                '    raise Rejected(f"550 {self.to}")\n'
+                "tests.cli_ops_queue.Rejected: 550 b@example.com\n"
+            ),
         }
     ]
 

@@ -168,7 +168,11 @@ async def test_the_page_shows_counts_rows_and_schedules(store: Store, t: int) ->
         ("theirs", "dead"): 0,
     }
     assert 'theirs <span class="rel">(not a kind of this queue)</span>' in page
-    assert cells(page, dead) == [str(dead), "mail", "Rejected", "1", utc(t)]
+    row, kind, error, attempts, died = cells(page, dead)
+    assert [row, kind, attempts, died] == [str(dead), "mail", "1", utc(t)]
+    # The error's name, its message, and its traceback folded away under "traceback".
+    assert error.startswith("Rejected no such address tracebackTraceback (most recent call")
+    assert error.endswith("Rejected: no such address&#10;")
     assert cells(page, later) == [str(later), "mail", utc(t + 60 * S), "0", "", "welcome:7"]
     assert cells(page, running) == [str(running), "mail", utc(t), "1", utc(t + 61 * S)]
     nightly = utc(Nightly.schedule.next(t))

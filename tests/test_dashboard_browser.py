@@ -151,12 +151,15 @@ def test_a_dead_row_is_retried_by_a_click(
     browser.get(f"{base}/")
     assert browser.title == "nilo-job"
     assert counts() == ("0", "0", "1")
-    assert browser.find_element(By.ID, f"row-{row}").text.split()[:4] == [
-        str(row),
-        "mail",
-        "Rejected",
-        "1",
-    ]
+    # The error's name, its message, and its traceback folded away until asked for.
+    assert browser.find_element(By.ID, f"row-{row}").text.split()[:7] == [
+        str(row), "mail", "Rejected", "no", "such", "address", "traceback",
+    ]  # fmt: skip
+    assert not browser.find_element(By.CSS_SELECTOR, f"#row-{row} pre").is_displayed()
+    browser.find_element(By.CSS_SELECTOR, f"#row-{row} summary").click()
+    trace = browser.find_element(By.CSS_SELECTOR, f"#row-{row} pre").text
+    assert trace.startswith("Traceback (most recent call last):\n")
+    assert trace.endswith("Rejected: no such address")
     assert browser.find_elements(By.ID, f"retry-{row}") == []
     # The stylesheet loaded under the page's Content-Security-Policy.
     collapse = browser.execute_script(

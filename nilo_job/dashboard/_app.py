@@ -70,7 +70,9 @@ _DONE = {
 
 
 class _SecurityHeaders:
-    """Adds the headers in `_SECURITY_HEADERS` to every response of the wrapped app."""
+    """Adds the headers in `_SECURITY_HEADERS` to every response of the wrapped app, and
+    answers a failure inside it (a store that fails mid-action, say) with a sentence and 503
+    rather than a traceback and 500."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -79,13 +81,25 @@ class _SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
 
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as error:
+            log.error("dashboard: %s %s failed", scope.get("method"), scope.get("path"),
+                      exc_info=True)  # fmt: skip
+            if started:
+                raise
+            why = error if isinstance(error, JobError) else type(error).__name__
+            answer = PlainTextResponse(f"the dashboard could not do that: {why}", 503)
+            await answer(scope, receive, send_with_headers)
 
 
 class _Dashboard:
@@ -179,9 +193,9 @@ class _Dashboard:
                 rows[state] = await store.rows(state, self.limit)
             held = await store.holding(SCHEDULE_KEY, [kind.name for kind in scheduled])
             ticks = None if held is None else {row.kind: row for row in held}
-        except (JobError, OSError) as error:
+        except Exception as error:  # the page says so; it never answers 500
             problem = f"The store cannot be read: {error}"
-            log.warning("dashboard: the store cannot be read: %s", error)
+            log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
         schedules = [
             ScheduleView(
                 kind.name,

@@ -72,8 +72,11 @@ class Page:
 
 
 def esc(value: object) -> str:
-    """`value` as HTML text, quotes included."""
-    return html.escape(str(value), quote=True)
+    """`value` as HTML text, quotes included; what is not Unicode shows as U+FFFD."""
+    text = str(value)
+    if not text.isascii():
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return html.escape(text, quote=True)
 
 
 def when(us: int | None, now_us: int, *, hint: bool = True) -> str:
@@ -183,6 +186,19 @@ def _payload(page: Page, row: RowView) -> str:
     return f"<td><code>{esc(text)}</code></td>"
 
 
+def _error(row: RowView) -> str:
+    """The last failure of `row`: its name, its message, and its traceback folded away."""
+    parts = [f'<span class="error">{esc(row.error or "")}</span>']
+    if row.detail:
+        parts.append(f'<span class="message">{esc(row.detail)}</span>')
+    if row.traceback:
+        parts.append(
+            f'<details class="traceback"><summary>traceback</summary>'
+            f"<pre>{esc(row.traceback).replace(chr(10), '&#10;')}</pre></details>"
+        )
+    return " ".join(parts)
+
+
 def _button(page: Page, row: RowView, action: str, label: str) -> str:
     return (
         f'<td><form method="post" action="{esc(page.base)}/rows/{row.id}/{action}">'
@@ -211,24 +227,28 @@ def _rows(page: Page, state: str) -> str:
         heads.append("")
     lines = []
     for row in rows:
-        cells = [f'<td class="n">{row.id}</td>', f"<td>{esc(row.kind)}</td>"]
+        kind = esc(row.kind)
+        if row.unreadable is not None:
+            kind += f' <span class="unreadable">unreadable: {esc(row.unreadable)}</span>'
+        cells = [f'<td class="n">{row.id}</td>', f"<td>{kind}</td>"]
+        due = "" if row.unreadable and "run_at" in row.unreadable else when(row.run_at, page.now_us)
         if state == "queued":
-            error = f'<span class="error">{esc(row.error)}</span>' if row.error else ""
+            error = _error(row) if row.error else ""
             cells += [
-                f"<td>{when(row.run_at, page.now_us)}</td>",
+                f"<td>{due}</td>",
                 f'<td class="n">{row.attempts}</td>',
                 f"<td>{error}</td>",
                 f"<td>{esc(row.unique_key or '')}</td>",
             ]
         elif state == "running":
             cells += [
-                f"<td>{when(row.run_at, page.now_us)}</td>",
+                f"<td>{due}</td>",
                 f'<td class="n">{row.attempts}</td>',
                 f"<td>{when(row.lease_until, page.now_us)}</td>",
             ]
         else:
             cells += [
-                f'<td class="error">{esc(row.error or "")}</td>',
+                f"<td>{_error(row)}</td>",
                 f'<td class="n">{row.attempts}</td>',
                 f"<td>{when(row.died_at, page.now_us)}</td>",
             ]

@@ -62,7 +62,7 @@ class Sessions:
     def secret_matches(self, offered: str) -> bool:
         """Whether `offered` is the secret, compared in constant time (digests of both, so that
         not even the secret's length shows)."""
-        theirs = hashlib.sha256(offered.encode()).digest()
+        theirs = hashlib.sha256(_bytes(offered)).digest()
         return hmac.compare_digest(theirs, hashlib.sha256(self._secret).digest())
 
     def issue(self, now_s: int) -> str:
@@ -75,11 +75,13 @@ class Sessions:
         by `now_s` (seconds since the epoch); None otherwise."""
         if not cookie:
             return None
+        if not cookie.isascii():
+            return None  # not one this secret issued (those are ASCII), whatever it holds
         parts = cookie.split(".")
         if len(parts) != 4 or parts[0] != _VERSION or not parts[1].isdigit():
             return None
         _version, issued, nonce, mac = parts
-        if not hmac.compare_digest(mac, self._mac(f"session|{issued}|{nonce}")):
+        if not hmac.compare_digest(mac.encode(), self._mac(f"session|{issued}|{nonce}").encode()):
             return None
         if not int(issued) <= now_s < int(issued) + self.session_s:
             return None
@@ -91,4 +93,9 @@ class Sessions:
 
     def csrf_matches(self, nonce: str, offered: str) -> bool:
         """Whether `offered` is session `nonce`'s CSRF token, compared in constant time."""
-        return hmac.compare_digest(offered.encode(), self.csrf(nonce).encode())
+        return hmac.compare_digest(_bytes(offered), self.csrf(nonce).encode())
+
+
+def _bytes(text: str) -> bytes:
+    """`text` as bytes to compare, whatever it holds (a form may carry any text)."""
+    return text.encode("utf-8", "surrogateescape")
