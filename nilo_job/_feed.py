@@ -34,6 +34,8 @@ class Feed:
         self.want = want
         self.low = 0
         self.tasks: set[asyncio.Task[None]] = set()  # rows started and not yet ended
+        # When each busy worker started its row (loop time, s), until the row frees it.
+        self.busy_since: dict[asyncio.Future[None], float] = {}
         self.promised = 0  # idle workers a push in flight is claiming a row for
         self.closed = False
 
@@ -84,6 +86,14 @@ class Feed:
             waiter = self.idle.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+
+    def take_older(self, claimed_before: int) -> list[tuple[Claimed, int]]:
+        """The rows waiting that were claimed before `claimed_before` (µs), taken out of the
+        feed."""
+        old = [entry for entry in self.rows if entry[1] < claimed_before]
+        if old:
+            self.rows = collections.deque(e for e in self.rows if e[1] >= claimed_before)
+        return old
 
     def take_all(self) -> list[tuple[Claimed, int]]:
         """Every row still waiting, taken out of the feed."""

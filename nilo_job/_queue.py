@@ -342,7 +342,8 @@ class Jobs:
         """Take back a queued row (including one waiting for a retry) before it runs.
 
         One statement: a worker claiming in the same instant either got the row or did not.
-        The unique key goes with the row.
+        The unique key goes with the row. A schedule's next tick may be cancelled too: that one
+        tick is skipped, and the tick after it is queued in its place, so the schedule goes on.
 
         Returns:
             True if the row was queued and is now gone; False once a worker holds it (the run
@@ -354,9 +355,12 @@ class Jobs:
         """
         if not _is_row_id(row_id):
             return False
+        tick = await self._ticks.holding(row_id)
         gone = await self.store.cancel(row_id)
         if gone:
             await self._statuses.forget(row_id)
+            if tick is not None:
+                await self._ticks.skip(*tick, self._clock.now())
         return gone
 
     async def stats(self) -> Stats:

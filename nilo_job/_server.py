@@ -32,8 +32,10 @@ from .store.contract import Claimed, Store
 log = logging.getLogger("nilo_job")
 
 _CLOCK_EVERY_US = 60_000_000  # how often serve measures the store's clock again
+_SEED_EVERY_US = 60_000_000  # and seeds every schedule again (a tick row deleted by hand)
 _AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
 _AHEAD_MAX = 8  # and at most this many rows per worker
+_WAIT_MOST_S = 0.25  # a row claimed ahead and not started after this long is given back
 
 
 def _settle(future: asyncio.Future[None], *_done: object) -> None:
@@ -168,23 +170,33 @@ class Server:
         due it sleeps `poll_ms`, or until a wake-up.
         """
         poll_s = self.poll_ms / 1_000
+        seeded_at = self.clock.now()  # serve seeded as it started
         while True:
             wakeup.clear()
-            ahead = self._ahead()
+            if feed.rows:
+                # Rows claimed ahead that no worker took in time (the workers are on long
+                # runs): back to the table, where another process can run them.
+                stale = feed.take_older(self.clock.now() - int(_WAIT_MOST_S * 1_000_000))
+                await self.ends.give_back([row for row, _claimed_at in stale])
+            ahead = self._ahead(feed)
             waiting = len(feed.rows)
             feed.low = ahead // 2
             idle = len(feed.idle) - feed.promised  # a push may be claiming for the others
             limit = idle + ahead - waiting
             if limit <= 0 or (idle <= 0 and waiting > feed.low):
-                # Until a worker goes idle or takes rows (or, to be safe, the poll).
+                # Until a worker goes idle or takes rows (or, to be safe, the poll; sooner
+                # while rows wait here, to give back those that wait too long).
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(poll_s):
+                    async with asyncio.timeout(min(poll_s, _WAIT_MOST_S) if feed.rows else poll_s):
                         await wakeup.wait()
                 continue
             if now_us() - self.clock.measured_at > _CLOCK_EVERY_US:
                 with contextlib.suppress(Exception):
                     await self.clock.follow(self.store.now_us)
             now = self.clock.now()
+            if self.ticks.scheduled and now - seeded_at > _SEED_EVERY_US:
+                seeded_at = now
+                await self._seed(now)
             try:
                 rows = await self._claim(now, limit)
             except Exception as error:
@@ -204,6 +216,15 @@ class Server:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.wakeups.sleep_s(poll_s, now)):
                         await wakeup.wait()
+
+    async def _seed(self, now: int) -> None:
+        """Keep every schedule seeded: a tick row deleted some other way (a cancel through the
+        table alone, by hand) comes back. The key makes it cheap: a schedule that has its row
+        writes nothing."""
+        try:
+            await self.ticks.seed_at(now)
+        except Exception as error:
+            log.warning("seeding the schedules again failed (%s); trying at the next minute", error)
 
     async def _claim(self, now: int, limit: int) -> list[Claimed]:
         """A claim that, when serve is cancelled mid-claim, gives the rows it took back.
@@ -225,14 +246,22 @@ class Server:
             self.observers.claimed(rows, now, began)
         return rows
 
-    def _ahead(self) -> int:
+    def _ahead(self, feed: Feed) -> int:
         """How many rows to claim beyond the free workers: as many as the workers would start
         within `_AHEAD_S` at the runs' recent pace, at most `_AHEAD_MAX` per worker, and none
-        while runs are slow (a slow row waiting here is a row another process could run)."""
+        while runs are slow (a slow row waiting here is a row another process could run).
+
+        A worker whose run has gone on for longer than `_AHEAD_S` counts for none: it will not
+        start a row claimed ahead soon, whatever the pace of the others."""
         pace = self.runner.run_s
         if pace is None:
             return 0
-        return min(self.workers * _AHEAD_MAX, int(self.workers * _AHEAD_S / max(pace, 1e-6)))
+        now = asyncio.get_running_loop().time()
+        long = sum(1 for since in feed.busy_since.values() if now - since > _AHEAD_S)
+        able = self.workers - long
+        if able <= 0:
+            return 0
+        return min(able * _AHEAD_MAX, int(able * _AHEAD_S / max(pace, 1e-6)))
 
     async def _worker(self, feed: Feed) -> None:
         """One of serve's `workers`: take a claimed row from `feed`, run it to its end, repeat,
@@ -246,14 +275,19 @@ class Server:
                 with contextlib.suppress(Exception):
                     await self.ends.write(row.kind, row, released(row))
                 continue
-            freed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            freed: asyncio.Future[None] = loop.create_future()
             # A task of its own, so that each run has its own context (contextvars); it goes
             # on writing the end after freeing its worker, which takes the next row.
             task = asyncio.create_task(self._execute(row, functools.partial(_settle, freed)))
             feed.tasks.add(task)
             task.add_done_callback(feed.tasks.discard)
             task.add_done_callback(functools.partial(_settle, freed))
-            await freed
+            feed.busy_since[freed] = loop.time()
+            try:
+                await freed
+            finally:
+                del feed.busy_since[freed]
 
     async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
         try:

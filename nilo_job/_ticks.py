@@ -54,6 +54,30 @@ class Ticks:
         run_at = _policy.next_tick_at(kind, due_us, now_us)
         return NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY)
 
+    async def holding(self, row_id: int) -> tuple[Kind, int] | None:
+        """The scheduled kind whose next tick row `row_id` is, and when it is due (µs); None
+        when it is no schedule's (one read of the store, and none without scheduled kinds)."""
+        if not self.scheduled:
+            return None
+        for row in await self.store.holding(SCHEDULE_KEY, [k.name for k in self.scheduled]):
+            if row.id == row_id:
+                kind = next(k for k in self.scheduled if k.name == row.kind)
+                return kind, row.run_at
+        return None
+
+    async def skip(self, kind: Kind, due_us: int, now_us: int) -> None:
+        """After the tick due at `due_us` was cancelled: queue the one after it (the first on
+        the schedule after `due_us`, or after `now_us` when that one is past too)."""
+        assert kind.schedule is not None
+        run_at = kind.schedule.next(due_us)
+        if run_at <= now_us:
+            run_at = _policy.next_tick_at(kind, due_us, now_us)
+        row = NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY)
+        with self.observers.pushing(kind.name):
+            ids = await self.store.push([row])
+            self.observers.pushed([row], ids)
+        self.wakeups.wake_at(run_at)
+
     async def seed_at(self, now_us: int) -> None:
         """Push every schedule's first tick after `now_us` (µs); a kind already seeded keeps its
         row (the key is taken, so the push writes nothing for it)."""

@@ -114,6 +114,25 @@ class Meet:
             await asyncio.sleep(0.01)
 
 
+@dataclass
+class Gate:
+    """Says it started, then waits (up to 30 s) until the file `open` appears: a long run whose
+    end the test decides."""
+
+    nilo_job = "gate"
+    retry = job.Retry.NONE
+
+    n: int
+
+    async def run(self) -> None:
+        (OUT / f"gate-{self.n}-{os.getpid()}").write_text("")
+        deadline = time.monotonic() + 30
+        while not (OUT / "open").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the gate was never opened")
+            await asyncio.sleep(0.01)
+
+
 def met(out: Path) -> dict[int, int]:
     """How many Meet rows started in each process (by pid)."""
     found: dict[int, int] = {}
@@ -124,7 +143,7 @@ def met(out: Path) -> dict[int, int]:
 
 
 jobs = job.Jobs(
-    kinds=[Record, Work, Stamp, Hang, Brief, Meet],
+    kinds=[Record, Work, Stamp, Hang, Brief, Meet, Gate],
     store=job.Table(STORE),
     poll_ms=POLL_MS,
     timeout_ms=TIMEOUT_MS,

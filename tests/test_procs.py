@@ -116,6 +116,50 @@ async def test_two_worker_processes_run_each_of_500_rows_exactly_once(
     assert set(procs_kinds.met(tmp_path)) == {proc.pid for proc in workers}
 
 
+def records(out: Path) -> Counter[int]:
+    """How many Record rows ran in each process (by pid)."""
+    return Counter[int](
+        {
+            int(log.stem.split("-")[1]): len(log.read_text().splitlines())
+            for log in out.glob("runs-*.log")
+        }
+    )
+
+
+async def test_rows_claimed_ahead_of_long_runs_go_to_another_process(
+    shared: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    """A process whose workers are all on long runs does not keep the rows it claimed ahead: a
+    second process runs them meanwhile."""
+    import procs_kinds
+
+    first = start_worker(shared, "--workers", "2")
+    second = None
+    try:
+        for n in range(20):  # quick rows: the first process learns that runs are fast
+            await queue.push(procs_kinds.Record(n=n))
+        await until("the first quick rows", lambda: sum(records(tmp_path).values()) == 20)
+        # Two long runs and 30 quick rows in one go: one claim takes the gates and, at the pace
+        # it knows, quick rows ahead of them.
+        await queue.push_many(
+            [procs_kinds.Gate(n=0), procs_kinds.Gate(n=1)]
+            + [procs_kinds.Record(n=n) for n in range(20, 50)]
+        )
+        await until("both gates to start", lambda: len(list(tmp_path.glob("gate-*"))) == 2)
+        second = start_worker(shared, "--workers", "2")
+        # Both of the first process's workers stay on the gates until the test opens them.
+        await until("every quick row", lambda: sum(records(tmp_path).values()) == 50)
+        assert records(tmp_path)[second.pid] == 30
+        (tmp_path / "open").write_text("")
+        await until_settled(queue)
+    finally:
+        results = [stop(proc) for proc in (first, second) if proc is not None]
+    assert {path.name.rsplit("-", 1)[1] for path in tmp_path.glob("gate-*")} == {str(first.pid)}
+    assert await queue.stats() == (0, 0, 0)
+    for code, output in results:
+        assert code == 0, output
+
+
 async def test_a_killed_worker_leaves_a_row_that_runs_again_after_its_lease(
     shared: dict[str, str], queue: job.Jobs, tmp_path: Path
 ) -> None:

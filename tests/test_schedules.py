@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
@@ -27,17 +26,6 @@ def at(*parts: int) -> int:
 
 def utc(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1_000_000, tz=UTC)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[job.Store]:
-    if request.param == "memory":
-        yield job.Memory()
-        return
-    table = job.Table(f"sqlite:///{tmp_path}/s.db")
-    await table.create_missing()
-    yield table
-    await table.close()
 
 
 # ------------------------------------------------------------------------------------- cron
@@ -381,3 +369,38 @@ async def test_a_pushed_run_of_a_scheduled_kind_runs_beside_the_schedule(store: 
     assert await jobs.push(Nightly()) is not None
     assert await jobs.drain_at(ten + 1) == 1
     assert await jobs.stats() == (1, 0, 0)  # the schedule's own row is still waiting for 3:00
+
+
+async def test_cancelling_a_schedules_next_tick_skips_that_tick_and_the_schedule_goes_on(
+    store: job.Store,
+) -> None:
+    jobs = job.Jobs(kinds=[Nightly], store=store)
+    ten = at(2027, 3, 1, 10)
+    await jobs.seed_at(ten)
+    three = Nightly.schedule.next(ten)
+    (tick,) = await store.holding("schedule", ["nightly-report"])
+    assert tick.run_at == three
+    assert await jobs.cancel(tick.id) is True
+    (after,) = await store.holding("schedule", ["nightly-report"])
+    assert (after.run_at, after.id != tick.id) == (three + DAY, True)
+    assert await jobs.drain_at(three) == 0
+    assert await jobs.drain_at(three + DAY) == 1
+    assert [r[1] for r in ran] == [three + DAY]
+    assert await jobs.stats() == (1, 0, 0)  # and the tick after that is queued
+
+
+async def test_serve_brings_back_a_schedule_whose_row_was_deleted_another_way(
+    store: job.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("nilo_job._server._SEED_EVERY_US", 0)  # seed again at every claim
+    jobs = job.Jobs(kinds=[Nightly], store=store, poll_ms=20)
+    async with jobs.serving(grace_ms=1_000):
+        async with asyncio.timeout(10):
+            while not (held := await store.holding("schedule", ["nightly-report"])):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert await store.cancel(held[0].id)  # as `nilo-job cancel URL ID` does: no kinds
+        async with asyncio.timeout(10):
+            while not await store.holding("schedule", ["nightly-report"]):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    (back,) = await store.holding("schedule", ["nightly-report"])
+    assert back.run_at == held[0].run_at  # the same next tick, seeded again

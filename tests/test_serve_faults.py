@@ -16,6 +16,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -158,11 +159,11 @@ async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store:
     turned = asyncio.Event()
     ahead = jobs._server._ahead
 
-    def counting() -> int:  # called once per pass of the claim loop
+    def counting(feed: Any) -> int:  # called once per pass of the claim loop
         nonlocal turns
         turns += 1
         turned.set()
-        return ahead()
+        return ahead(feed)
 
     jobs._server._ahead = counting  # type: ignore[method-assign]
     async with jobs.serving(grace_ms=5_000):
