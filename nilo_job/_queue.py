@@ -297,6 +297,7 @@ class Jobs:
         after_ms: int | None = None,
         at: int | datetime | None = None,
         unique: str | None = None,
+        within: object = None,
     ) -> int | None:
         """Queue `value` through your own open transaction `tx`: the row exists once it commits.
 
@@ -309,7 +310,8 @@ class Jobs:
                 psycopg `Connection`/`AsyncConnection` in a transaction; a SQLAlchemy
                 `Session`/`AsyncSession`/`Connection`/`AsyncConnection`; Django's
                 `connection` inside `transaction.atomic()`.
-            after_ms, at, unique: as for `push`. `within` is refused: a cache cannot roll back.
+            after_ms, at, unique: as for `push`.
+            within: refused: a Space cannot roll back with your transaction.
 
         Returns:
             The new row's id (visible to others after the commit), or None when `unique` found
@@ -317,8 +319,15 @@ class Jobs:
 
         Raises:
             Refusal: `tx` is not one the store can write through (the message lists them), the
-                store is a `job.Memory`, or the options cannot go together.
+                store is a `job.Memory`, `within` is given, or the options cannot go together.
         """
+        if within is not None:
+            raise Refusal(
+                "push_in cannot take within=...: the row commits or rolls back with your "
+                "transaction, and a Space cannot roll back with it (a rolled-back push_in would "
+                "leave its mark for the whole window). Use unique=... (the table's own index) "
+                "here, or push(..., within=...) outside the transaction"
+            )
         return await self._producer.push_in(tx, value, after_ms, at, unique)
 
     def observe(self, observer: Observer) -> None:

@@ -166,7 +166,8 @@ class Runner:
     ) -> bool:
         started = clock()
         tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
-        self.progress_of.pop(row.id, None)
+        if self.statuses.space is not None:
+            self.progress_of[row.id] = 0  # the figure starts over with every attempt
         kwargs = arguments(kind, tick, started, self.queue, self.deps)
         timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
         error: BaseException | None = None
@@ -174,7 +175,7 @@ class Runner:
         began = time.monotonic()
         try:
             # Inside the try: a stop while the status is written gives the row back too.
-            await self.statuses.put(row.id, State.RUNNING, row.attempts)
+            await self.statuses.put(row.id, State.RUNNING, row.attempts, 0)
             with watch:
                 if kind.is_async:
                     await call_async(kind, value, kwargs, timeout_s)
@@ -260,6 +261,7 @@ class Runner:
         error: BaseException | None,
         applied: bool | None,
     ) -> None:
+        progress = self.progress_of.pop(row.id, None)
         if applied is None:
             return
         fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
@@ -276,7 +278,6 @@ class Runner:
             self.wakeups.wake_at(end.run_at)  # a retry's wait, or a row given back
         if end.then is not None:
             self.wakeups.wake_at(end.then.run_at)  # a schedule's next tick
-        progress = self.progress_of.pop(row.id, None)
         if isinstance(end, Done):
             await self.statuses.put(row.id, State.DONE, row.attempts, progress)
         elif isinstance(end, Retrying):

@@ -57,11 +57,18 @@ class Cron:
         """The first tick strictly after `after_us` (µs since the epoch)."""
         moment = (_EPOCH + timedelta(microseconds=after_us)).astimezone(self._zone)
         for tick in CronSim(self.expr, moment):
-            # In an hour a DST change repeats, a wall time happens twice; the tick runs at the
-            # first. The second is the one whose fold=0 reading is another instant.
-            if tick.replace(fold=0).astimezone(UTC) == tick.astimezone(UTC):
+            # In an hour a DST change repeats, a wall time happens twice. A time of day runs
+            # once, at the first (the second is the one whose fold=0 reading is another
+            # instant); an interval (a wildcard minute or hour, as `0 * * * *` or `*/30 ...`)
+            # runs in both, on the real clock, as Vixie cron does.
+            if self._interval or tick.replace(fold=0).astimezone(UTC) == tick.astimezone(UTC):
                 return datetime_to_us(tick)
         raise AssertionError("unreachable: a cron that can fire fires again")
+
+    @property
+    def _interval(self) -> bool:
+        minute, hour = self.expr.split()[:2]
+        return minute.startswith("*") or hour.startswith("*")
 
     def following(self, due_us: int, now_us: int) -> int:
         """cron ticks are fixed in time, so this is `next(now_us)`."""

@@ -47,6 +47,7 @@ class AsyncFace(Protocol):
         after_ms: int | None = None,
         at: int | datetime | None = None,
         unique: str | None = None,
+        within: object = None,
     ) -> int | None: ...
 
     def wake(self) -> None: ...
@@ -138,13 +139,14 @@ class SyncJobs:
         after_ms: int | None = None,
         at: int | datetime | None = None,
         unique: str | None = None,
+        within: object = None,
     ) -> int | None:
         """`Jobs.push_in` through a synchronous connection or session, in this thread.
 
         Raises:
             Refusal: `tx` needs awaiting (an async connection or session): use the async API.
         """
-        coro = self._jobs.push_in(tx, value, after_ms=after_ms, at=at, unique=unique)
+        coro = self._jobs.push_in(tx, value, after_ms=after_ms, at=at, unique=unique, within=within)
         try:
             coro.send(None)
         except StopIteration as done:

@@ -239,18 +239,46 @@ def test_the_sync_face_works_in_a_forked_child(tmp_path: Path) -> None:
     assert jobs.sync.stats() == (1, 0, 0)
 
 
-def test_a_cron_step_in_a_repeated_dst_hour_fires_once() -> None:
+def test_a_cron_step_in_a_repeated_dst_hour_fires_on_the_real_clock() -> None:
+    """A minute step is an interval, not a time of day: in the hour the autumn change repeats
+    it runs in both passes, every real half hour (as Vixie cron runs a wildcard job)."""
     schedule = job.cron("*/30 1 * * *", tz="America/New_York")
     moment = datetime_to_us(datetime(2024, 11, 3, tzinfo=UTC))
     ticks = []
-    for _ in range(3):
+    for _ in range(5):
         moment = schedule.next(moment)
         ticks.append(datetime.fromtimestamp(moment / 1_000_000, tz=UTC))
-    # 01:00 and 01:30 EDT, then the next day's 01:00 EST: not 01:00 and 01:30 EST again.
+    # 01:00 and 01:30 EDT, 01:00 and 01:30 EST, then the next day's 01:00 EST.
     assert ticks == [
         datetime(2024, 11, 3, 5, tzinfo=UTC),
         datetime(2024, 11, 3, 5, 30, tzinfo=UTC),
+        datetime(2024, 11, 3, 6, tzinfo=UTC),
+        datetime(2024, 11, 3, 6, 30, tzinfo=UTC),
         datetime(2024, 11, 4, 6, tzinfo=UTC),
     ]
     inside_second = datetime_to_us(datetime(2024, 11, 3, 6, 10, tzinfo=UTC))  # 01:10 EST
-    assert schedule.next(inside_second) == datetime_to_us(datetime(2024, 11, 4, 6, tzinfo=UTC))
+    assert schedule.next(inside_second) == datetime_to_us(datetime(2024, 11, 3, 6, 30, tzinfo=UTC))
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        # Every real hour across the change: 01:00 PDT, 01:00 PST, 02:00 PST.
+        ("0 * * * *", ["08:00", "09:00", "10:00", "11:00"]),
+        ("*/30 * * * *", ["08:00", "08:30", "09:00", "09:30"]),
+        # A time of day: once, at its first occurrence, then the next day.
+        ("30 1 * * *", ["08:30", "09:30+1", "09:30+2", "09:30+3"]),
+    ],
+)
+def test_an_hourly_cron_runs_every_real_hour_across_the_autumn_change(
+    expr: str, expected: list[str]
+) -> None:
+    schedule = job.cron(expr, tz="America/Los_Angeles")
+    moment = datetime_to_us(datetime(2026, 11, 1, 7, 40, tzinfo=UTC))
+    seen = []
+    for _ in range(4):
+        moment = schedule.next(moment)
+        tick = datetime.fromtimestamp(moment / 1_000_000, tz=UTC)
+        days = (tick.date() - datetime(2026, 11, 1).date()).days
+        seen.append(tick.strftime("%H:%M") + (f"+{days}" if days else ""))
+    assert seen == expected

@@ -564,7 +564,7 @@ async def test_redis_space_carries_status_between_two_queues(
     row = await web_side.push(Welcome(1))
     assert await web_side.status(row) == job.Status(job.State.QUEUED, 0, None)
     assert await worker_side.drain() == 1
-    assert await web_side.status(row) == job.Status(job.State.DONE, 1, None)
+    assert await web_side.status(row) == job.Status(job.State.DONE, 1, 0)
     space = job.RedisSpace(redis_client, name=name, ttl_s=60)
     assert await space.add("k", b"1") is True
     assert await space.add("k", b"2") is False
@@ -580,3 +580,37 @@ def test_redis_space_refuses_a_sync_client() -> None:
 
     with pytest.raises(job.Refusal, match=r"redis\.asyncio\.Redis"):
         job.RedisSpace(redis.Redis(), name="x", ttl_s=10)
+
+
+async def test_serving_over_an_applications_pool_opens_no_connection_of_its_own(
+    pg_url: str,
+) -> None:
+    """Claims, ends and the listener all use the pool's connections: the sessions on the
+    database never outnumber the pool."""
+    import psycopg
+
+    def sessions() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            found = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        return 0 if found is None else int(found[0])
+
+    ran.clear()
+    async with AsyncConnectionPool(
+        pg_url, min_size=1, max_size=3, kwargs={"autocommit": True}, open=False
+    ) as pool:
+        queue = job.Jobs(kinds=[Welcome], store=job.Table(pool), poll_ms=50)
+        await queue.store.create_missing()
+        most = 0
+        async with queue.serving(grace_ms=5_000):
+            await until("the listener", lambda: listening(pg_url))
+            for user_id in range(30):
+                await queue.push(Welcome(user_id))
+                most = max(most, sessions())
+            await until("every row", lambda: len(ran) == 30)
+            most = max(most, sessions())
+        assert await queue.stats() == (0, 0, 0)
+    assert most <= 3, most
+    assert sorted(ran) == list(range(30))

@@ -530,6 +530,28 @@ async def test_push_in_on_memory_is_refused() -> None:
 # ------------------------------------------------------------------------ SQLite push_in
 
 
+async def test_push_in_with_within_is_refused_saying_why(table: Store, tmp_path: Path) -> None:
+    jobs = queue(table)
+    space = job.MemorySpace(ttl_s=30)
+    conn = sqlite3.connect(tmp_path / "q.db")
+    try:
+        said = (
+            "push_in cannot take within=...: the row commits or rolls back with your "
+            "transaction, and a Space cannot roll back with it"
+        )
+        with pytest.raises(job.Refusal) as refused:
+            await jobs.push_in(conn, Note(), unique="k", within=space)
+        assert str(refused.value).startswith(said)
+        with pytest.raises(job.Refusal) as refused:
+            jobs.sync.push_in(conn, Note(), unique="k", within=space)
+        assert str(refused.value).startswith(said)
+        conn.commit()
+    finally:
+        conn.close()
+    assert await jobs.stats() == (0, 0, 0)
+    assert await space.get("within:note:k") is None
+
+
 async def test_push_in_rolled_back_leaves_no_row(table: Store, tmp_path: Path, t: int) -> None:
     jobs = queue(table)
     conn = sqlite3.connect(tmp_path / "q.db")

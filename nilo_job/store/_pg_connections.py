@@ -205,6 +205,13 @@ class Connections:
                 async with conn.transaction():
                     return await fn(conn)
         except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
+            if isinstance(error, DOWN):
+                # The server went away (a restart): its other idle connections in the pool
+                # are gone too. Drop them now, so that the next calls get fresh ones rather
+                # than failing one stale connection at a time.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self.timeout_s):
+                        await pool.check()
             raise self.unavailable(error) from error
 
     async def kept_run(
