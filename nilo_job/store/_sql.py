@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from typing import Any
@@ -11,6 +12,7 @@ from .contract import Claimed, DeadRow, Died, Done, End, Released, Retrying, Row
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
+@functools.cache
 def load(filename: str) -> dict[str, str]:
     """The statements of `nilo_job/store/<filename>`, by the name in their `-- name:` line."""
     text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._errors import Refusal
 from .._values import Stats
-from . import _schema, _sql
+from . import _pg_schema, _schema, _sql
 from ._pg_connections import Connections, where
 from ._pg_listen import listen
 from ._sql import dead_row, end_statement, row_view, rows_statement, unwrap_django
@@ -112,28 +112,11 @@ class PostgresTable:
                 reached or would not give the table's lock within 10 s.
         """
 
-        async def create(conn: psycopg.AsyncConnection[Any]) -> None:
-            # Serialise concurrent creators: IF NOT EXISTS alone can still race on the catalog.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nilo_jobs'))")
-            await conn.execute("SET LOCAL lock_timeout = '10s'")
-            columns, recorded = await _read_schema(conn)
-            steps = _schema.steps_from(columns, recorded, repr(self))
-            if steps is None or (not steps and recorded is not None and columns):
-                return  # as this version wants it (or newer, and fine as it is): touch nothing
-            if steps:
-                # The strongest lock first: taken later, after the weaker ones CREATE INDEX
-                # takes, it would deadlock with workers that hold rows meanwhile.
-                await conn.execute("LOCK TABLE nilo_jobs IN ACCESS EXCLUSIVE MODE")
-                for step in steps:
-                    await _script(conn, SQL[step])
-            await _script(conn, SQL["create"])
-            await conn.execute(SQL["forget_version"])
-            await conn.execute(SQL["set_version"], (_schema.VERSION, _schema.COMPATIBLE_FROM))
-
-        await self._connections.run(create)
+        where = repr(self)
+        await self._connections.run(lambda conn: _pg_schema.upgrade(conn, where))
 
     async def check(self) -> None:
-        columns, recorded = await self._connections.run(_read_schema, transaction=False)
+        columns, recorded = await self._connections.run(_pg_schema.read, transaction=False)
         _schema.check(repr(self), self._target(), columns, recorded)
 
     def _target(self) -> str:
@@ -315,29 +298,6 @@ def _hidden(url: str) -> str:
         return url
     user = head.rsplit(":", 1)[0]
     return f"{user}:***@{tail}"
-
-
-async def _read_schema(
-    conn: psycopg.AsyncConnection[Any],
-) -> tuple[set[str], _schema.Recorded]:
-    """The table's columns (empty: no table), and what its version table records."""
-    cur = await conn.execute(SQL["columns"])
-    columns = {row[0] for row in await cur.fetchall()}
-    cur = await conn.execute(SQL["has_version"])
-    found = await cur.fetchone()
-    if not found or not found[0]:
-        return columns, None
-    cur = await conn.execute(SQL["version"])
-    found = await cur.fetchone()
-    if found is None or found[0] is None or found[1] is None:
-        return columns, None
-    return columns, (int(found[0]), int(found[1]))
-
-
-async def _script(conn: psycopg.AsyncConnection[Any], script: str) -> None:
-    for statement in script.split(";"):
-        if statement.strip():
-            await conn.execute(statement)
 
 
 async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:

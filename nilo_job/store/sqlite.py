@@ -1,27 +1,25 @@
 """The SQLite store: `job.Table("sqlite:///path")`, the queue in a file beside your own tables.
 
-One connection in one thread of the store's own, so the event loop never waits on the file. The
-database is in WAL mode with a busy timeout; every write is a `BEGIN IMMEDIATE` transaction, so a
-writer waits for the lock up front instead of failing half-way, and a claim is one
-`UPDATE … RETURNING` that can take several rows. Several processes may share one file: the write
-lock serialises their claims, and a lost race is a wait, never a "database is locked" for you.
+Its calls run in one thread of the store's own, so the event loop never waits on the file
+(`_sqlite_connections`: the thread, its connections, WAL, the busy timeout, forks); this module
+holds the statements and what they answer. A claim is one `UPDATE … RETURNING` that can take
+several rows. Several processes may share one file: the write lock serialises their claims, and
+a lost race is a wait, never a "database is locked" for you.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from .._errors import Refusal, StoreUnavailable
+from .._errors import Refusal
 from .._values import Stats
 from . import _schema, _sql
 from ._sql import claimed_row, dead_row, end_statement, row_view, rows_statement, unwrap_django
+from ._sqlite_connections import Connections
 from .contract import Claimed, DeadRow, End, NewRow, RowView
 
 T = TypeVar("T")
@@ -75,13 +73,16 @@ class SqliteTable:
             )
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise Refusal(f"synchronous={synchronous!r}: FULL, NORMAL or EXTRA")
+        if (
+            isinstance(busy_timeout_ms, bool)
+            or not isinstance(busy_timeout_ms, int)
+            or (busy_timeout_ms <= 0)
+        ):
+            raise Refusal(f"busy_timeout_ms={busy_timeout_ms!r}: a positive number of ms")
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.upper()
-        self._conn: sqlite3.Connection | None = None
-        self._work_conn: sqlite3.Connection | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._pid = os.getpid()
+        self._db = Connections(path, busy_timeout_ms, self.synchronous, self._target())
 
     def __repr__(self) -> str:
         return f"job.Table('{self._target()}')"
@@ -95,121 +96,14 @@ class SqliteTable:
         """The statements that create the table and its indexes, as text."""
         return SQL["create"]
 
-    # ------------------------------------------------------------------------------ plumbing
-
-    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, work: bool = False) -> T:
-        """`fn(connection)` in the store's thread; `work` picks the workers' connection.
-
-        The workers' connection (claims, ends, hand-ons) commits with `synchronous = NORMAL`:
-        in WAL mode that survives a crash of the process, and a power cut can lose only its
-        last commits, which can only make a row run again (at least once allows it). Pushes
-        and operator calls use the main connection and its `synchronous` (FULL by default).
-        """
-        if self._pid != os.getpid():
-            # A forked child: the parent's thread is not here, and its connections are not
-            # ours to use or close. Start afresh.
-            self._pid, self._executor = os.getpid(), None
-            self._conn = self._work_conn = None
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="nilo-job-sqlite")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._with_conn, fn, work)
-
-    def _with_conn(self, fn: Callable[[sqlite3.Connection], T], work: bool) -> T:
-        if self._conn is None:
-            self._conn = self._connect(self.synchronous)
-        conn = self._conn
-        if work and self.path != ":memory:":  # one private database has one connection
-            if self._work_conn is None:
-                self._work_conn = self._connect("NORMAL")
-            conn = self._work_conn
-        try:
-            return fn(conn)
-        except sqlite3.DatabaseError as error:
-            if isinstance(error, sqlite3.IntegrityError | sqlite3.ProgrammingError):
-                raise
-            text = str(error)
-            if "no such table: nilo_jobs" in text:
-                raise _schema.no_table(self.path, self._target()) from error
-            if "no such column" in text or "has no column named" in text:
-                raise _schema.older(self.path, self._target(), "1") from error
-            if "locked" in text or "busy" in text:
-                raise StoreUnavailable(
-                    f"SQLite at {self.path} stayed locked for {self.busy_timeout_ms / 1_000:g} s: "
-                    "another connection holds a write transaction on it. If that is your own "
-                    "open transaction, push through it: jobs.push_in(conn, value)"
-                ) from error
-            raise StoreUnavailable(f"SQLite at {self.path}: {error}") from error
-
-    def _connect(self, synchronous: str) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self.busy_timeout_ms / 1_000,
-            )
-            # Text that is not UTF-8 (a row some other program wrote) is read, not a failure of
-            # the whole statement: each reader says what was wrong with the row.
-            conn.text_factory = _text
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            if self.path != ":memory:":
-                self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
-        except sqlite3.Error as error:
-            raise StoreUnavailable(f"cannot open SQLite database {self.path}: {error}") from error
-        return conn
-
-    def _retry_busy(self, fn: Callable[[], T]) -> T:
-        """`fn`, again after a short pause while SQLite says the file is busy or locked, for up
-        to the busy timeout in all (SQLite's own busy handler does most of the waiting)."""
-        deadline = time.monotonic() + self.busy_timeout_ms / 1_000
-        pause = 0.001
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as error:
-                text = str(error)
-                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-
-    def _write(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """`fn` inside `BEGIN IMMEDIATE … COMMIT`, rolled back on any error."""
-
-        def attempt() -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result
-
-        return self._retry_busy(attempt)
-
     async def open(self) -> None:
-        await self._call(lambda conn: None)
+        await self._db.call(lambda conn: None)
 
     async def close(self) -> None:
-        executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(executor, self._close_conn)
-        executor.shutdown(wait=True)
-
-    def _close_conn(self) -> None:
-        for conn in (self._conn, self._work_conn):
-            if conn is not None:
-                conn.close()
-        self._conn = self._work_conn = None
+        await self._db.close()
 
     async def ping(self) -> None:
-        await self._call(lambda conn: conn.execute("SELECT 1").fetchone())
+        await self._db.call(lambda conn: conn.execute("SELECT 1").fetchone())
 
     async def now_us(self) -> int | None:
         return None  # one host: its clock is the queue's
@@ -236,13 +130,13 @@ class SqliteTable:
             conn.execute(SQL["forget_version"])
             conn.execute(SQL["set_version"], (_schema.VERSION, _schema.COMPATIBLE_FROM))
 
-        await self._call(lambda conn: self._write(conn, create))
+        await self._db.call(lambda conn: self._db.write(conn, create))
 
     async def check(self) -> None:
         def read(conn: sqlite3.Connection) -> tuple[set[str], _schema.Recorded]:
             return {r[0] for r in conn.execute(SQL["columns"])}, _recorded(conn)
 
-        columns, recorded = await self._call(read)
+        columns, recorded = await self._db.call(read)
         _schema.check(self.path, self._target(), columns, recorded)
 
     # ---------------------------------------------------------------------------------- rows
@@ -250,8 +144,10 @@ class SqliteTable:
     async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
         if len(rows) == 1:
             # One INSERT is its own transaction: no BEGIN and COMMIT to send around it.
-            return await self._call(lambda conn: self._retry_busy(lambda: _insert(conn, rows)))
-        return await self._call(lambda conn: self._write(conn, lambda c: _insert(c, rows)))
+            return await self._db.call(
+                lambda conn: self._db.retry_busy(lambda: _insert(conn, rows))
+            )
+        return await self._db.call(lambda conn: self._db.write(conn, lambda c: _insert(c, rows)))
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         tx = unwrap_django(tx)
@@ -293,7 +189,7 @@ class SqliteTable:
         def claim(conn: sqlite3.Connection) -> list[Claimed]:
             return [claimed_row(r) for r in conn.execute(SQL["claim"], params).fetchall()]
 
-        claimed = await self._call(lambda conn: self._write(conn, claim), work=True)
+        claimed = await self._db.call(lambda conn: self._db.write(conn, claim), work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -307,7 +203,7 @@ class SqliteTable:
                 applied.append(ok)
             return applied
 
-        return await self._call(lambda conn: self._write(conn, apply), work=True)
+        return await self._db.call(lambda conn: self._db.write(conn, apply), work=True)
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         def hand_on(conn: sqlite3.Connection) -> bool:
@@ -316,48 +212,43 @@ class SqliteTable:
             _insert(conn, [then])
             return True
 
-        return await self._call(lambda conn: self._write(conn, hand_on), work=True)
+        return await self._db.call(lambda conn: self._db.write(conn, hand_on), work=True)
 
     async def cancel(self, row_id: int) -> bool:
-        return await self._call(
-            lambda conn: self._write(
+        return await self._db.call(
+            lambda conn: self._db.write(
                 conn, lambda c: c.execute(SQL["cancel"], (row_id,)).rowcount == 1
             )
         )
 
     async def stats(self) -> Stats:
-        row = await self._call(lambda conn: conn.execute(SQL["stats"]).fetchone())
+        row = await self._db.call(lambda conn: conn.execute(SQL["stats"]).fetchone())
         return Stats(row[0], row[1], row[2])
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
-        rows = await self._call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
+        rows = await self._db.call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
         return [dead_row(r) for r in rows]
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
         query = SQL[rows_statement(state)]
-        found = await self._call(lambda conn: conn.execute(query, (limit,)).fetchall())
+        found = await self._db.call(lambda conn: conn.execute(query, (limit,)).fetchall())
         return [row_view(r) for r in found]
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
         params = {"key": key, "kinds": json.dumps(list(kinds))}
-        found = await self._call(lambda conn: conn.execute(SQL["holding"], params).fetchall())
+        found = await self._db.call(lambda conn: conn.execute(SQL["holding"], params).fetchall())
         return [row_view(r) for r in found]
 
     async def counts(self) -> dict[tuple[str, str], int]:
-        found = await self._call(lambda conn: conn.execute(SQL["counts"]).fetchall())
+        found = await self._db.call(lambda conn: conn.execute(SQL["counts"]).fetchall())
         return {(kind, state): n for kind, state, n in found}
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
-        return await self._call(
-            lambda conn: self._write(
+        return await self._db.call(
+            lambda conn: self._db.write(
                 conn, lambda c: c.execute(SQL["retry_dead"], (now_us, row_id)).rowcount == 1
             )
         )
-
-
-def _text(data: bytes) -> str:
-    """How the store reads text: UTF-8, with bytes that are not kept as surrogates."""
-    return data.decode("utf-8", "surrogateescape")
 
 
 def _recorded(conn: sqlite3.Connection) -> _schema.Recorded:
