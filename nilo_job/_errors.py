@@ -52,9 +52,11 @@ class BadPayload(JobError):
 
 
 class LeaseLost(JobError):
-    """A worker's lease on a row ran out and another worker claimed it before this one finished.
+    """The name the log gives an end that was not written: a worker's lease on a row ran out and
+    another worker claimed it before this one finished.
 
-    The late worker's outcome is not written: the row belongs to its new holder.
+    Never raised to your code: the late worker's outcome is dropped (the row belongs to its new
+    holder), the log says so as a warning with `error="LeaseLost"`, and observers see `lost`.
     """
 
 

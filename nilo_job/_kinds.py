@@ -271,6 +271,15 @@ def _read_schedule(cls: type) -> tuple[Schedule | None, Overlap | None, Missed |
                     f"{name}.{field.name} has no default, and nobody pushes a scheduled job to "
                     f"fill it in: give it one (`{field.name}: ... = ...`)"
                 )
+    else:  # a msgspec Struct: its fields without a default come first
+        fields: tuple[str, ...] = tuple(getattr(cls, "__struct_fields__", ()))
+        required = len(fields) - len(getattr(cls, "__struct_defaults__", ()))
+        if required > 0:
+            field_name = fields[0]
+            raise Refusal(
+                f"{name}.{field_name} has no default, and nobody pushes a scheduled job to "
+                f"fill it in: give it one (`{field_name}: ... = ...`)"
+            )
     return schedule, overlap, missed
 
 

@@ -101,6 +101,8 @@ class Server:
             Refusal: serve already runs on this queue.
             StoreUnavailable: at start, the store cannot be reached or its table is not usable.
         """
+        if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
+            raise Refusal(f"serve(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
         if self.task is not None and not self.task.done():
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
         await self.store.open()

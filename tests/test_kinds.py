@@ -554,3 +554,28 @@ def test_a_table_target_that_is_not_a_database_url_is_refused(target: object) ->
 def test_a_memory_bound_that_is_not_positive_is_refused(build: Callable[[], object]) -> None:
     with pytest.raises(job.Refusal, match="positive"):
         build()
+
+
+def test_a_scheduled_struct_without_a_default_is_refused_like_a_dataclass() -> None:
+    import msgspec
+
+    class Tidy(msgspec.Struct):
+        nilo_job: ClassVar[str] = "tidy"
+        retry: ClassVar[job.Retry] = job.Retry.NONE
+        schedule: ClassVar[job.Schedule] = job.every(60_000)
+        overlap: ClassVar[job.Overlap] = job.Overlap.SKIP
+        missed: ClassVar[job.Missed] = job.Missed.DROP
+
+        older_than_days: int
+
+        def run(self) -> None:
+            pass
+
+    with pytest.raises(job.Refusal, match=r"Tidy\.older_than_days has no default"):
+        job.Jobs(kinds=[Tidy], store=job.Memory())
+
+
+async def test_serve_refuses_a_grace_that_is_not_milliseconds() -> None:
+    jobs = job.Jobs(kinds=[Fine], store=job.Memory())
+    with pytest.raises(job.Refusal, match=r"serve\(grace_ms=-1\)"):
+        await jobs.serve(grace_ms=-1)
