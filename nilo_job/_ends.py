@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ._errors import StoreUnavailable
+from ._failure import in_ascii
 from ._grouped import Grouped
 from .store.contract import Claimed, Died, End, Released, Retrying, Store
 
@@ -33,12 +34,9 @@ def _in_ascii(end: End) -> End | None:
     they are already."""
     if not isinstance(end, Retrying | Died):
         return None
-    texts = (end.error, end.detail, end.traceback)
-    if all(text.isascii() and "\x00" not in text for text in texts):
+    error, detail, trace = (in_ascii(text) for text in (end.error, end.detail, end.traceback))
+    if (error, detail, trace) == (end.error, end.detail, end.traceback):
         return None
-    error, detail, trace = (
-        text.encode("ascii", "backslashreplace").decode().replace("\x00", "\\x00") for text in texts
-    )
     return dataclasses.replace(end, error=error, detail=detail, traceback=trace)
 
 

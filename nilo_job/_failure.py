@@ -59,6 +59,11 @@ def storable(text: str, most: int) -> str:
     return clean if clean == text else clean + ESCAPED
 
 
+def in_ascii(text: str) -> str:
+    """`text` in printable ASCII: every other character escaped (`\xe9`, `\x00`)."""
+    return text.encode("ascii", "backslashreplace").decode().replace("\x00", "\\x00")
+
+
 def describe(error: BaseException) -> Failure:
     """The failure `error` is, as storable text; never raises, whatever the exception does."""
     name = storable(type(error).__name__, NAME_CHARS)

@@ -89,10 +89,10 @@ class Feed:
 
     def take_older(self, claimed_before: int) -> list[tuple[Claimed, int]]:
         """The rows waiting that were claimed before `claimed_before` (µs), taken out of the
-        feed."""
-        old = [entry for entry in self.rows if entry[1] < claimed_before]
-        if old:
-            self.rows = collections.deque(e for e in self.rows if e[1] >= claimed_before)
+        feed. Rows wait in the order they were claimed, so these are at its front."""
+        old = []
+        while self.rows and self.rows[0][1] < claimed_before:
+            old.append(self.rows.popleft())
         return old
 
     def take_all(self) -> list[tuple[Claimed, int]]:

@@ -51,6 +51,14 @@ def tick_is_missed(kind: Kind, due_us: int, now_us: int) -> bool:
     return kind.schedule.next(due_us) <= now_us
 
 
+def tick_after_skipped(kind: Kind, due_us: int, now_us: int) -> int:
+    """When the tick after a skipped one (due at `due_us`, cancelled at `now_us`) falls: the
+    schedule's next after it, or, when that one is past too, the first after `now_us`."""
+    assert kind.schedule is not None
+    run_at = kind.schedule.next(due_us)
+    return run_at if run_at > now_us else next_tick_at(kind, due_us, now_us)
+
+
 def next_tick_at(kind: Kind, due_us: int, now_us: int) -> int:
     """When the tick after the one due at `due_us` falls, seen from `now_us`: the first tick of
     the schedule strictly after `now_us` (on `every`'s grid, so lateness never accumulates)."""

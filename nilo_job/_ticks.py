@@ -68,15 +68,8 @@ class Ticks:
     async def skip(self, kind: Kind, due_us: int, now_us: int) -> None:
         """After the tick due at `due_us` was cancelled: queue the one after it (the first on
         the schedule after `due_us`, or after `now_us` when that one is past too)."""
-        assert kind.schedule is not None
-        run_at = kind.schedule.next(due_us)
-        if run_at <= now_us:
-            run_at = _policy.next_tick_at(kind, due_us, now_us)
-        row = NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY)
-        with self.observers.pushing(kind.name):
-            ids = await self.store.push([row])
-            self.observers.pushed([row], ids)
-        self.wakeups.wake_at(run_at)
+        run_at = _policy.tick_after_skipped(kind, due_us, now_us)
+        await self._push([NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY)])
 
     async def seed_at(self, now_us: int) -> None:
         """Push every schedule's first tick after `now_us` (µs); a kind already seeded keeps its
@@ -86,8 +79,12 @@ class Ticks:
             for kind in self.scheduled
             if kind.schedule is not None
         ]
-        if not rows:
-            return
+        if rows:
+            await self._push(rows)
+
+    async def _push(self, rows: list[NewRow]) -> None:
+        """Push tick rows (a key already held writes nothing), told to the observers, and wake
+        serve for when each falls due."""
         with self.observers.pushing(rows[0].kind):
             ids = await self.store.push(rows)
             self.observers.pushed(rows, ids)
