@@ -39,6 +39,7 @@ from ._values import (
     Status,
     Tick,
 )
+from ._views import Flow, Found, Row, Where
 from .store.contract import Store
 from .store.memory import Memory
 
@@ -49,6 +50,8 @@ __all__ = [
     "Every",
     "Exponential",
     "Fixed",
+    "Flow",
+    "Found",
     "JobError",
     "Jobs",
     "LeaseLost",
@@ -61,6 +64,7 @@ __all__ = [
     "RedisSpace",
     "Refusal",
     "Retry",
+    "Row",
     "Run",
     "Schedule",
     "Space",
@@ -72,6 +76,7 @@ __all__ = [
     "Table",
     "Tick",
     "TimedOut",
+    "Where",
     "cron",
     "every",
     "now_us",

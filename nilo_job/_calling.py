@@ -46,11 +46,16 @@ def arguments(kind: Kind, tick: Tick, now_us: int, queue: object, deps: object) 
     return kwargs
 
 
-async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_s: float) -> None:
+async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_s: float) -> Any:
+    """Await an async `run` within `timeout_s`; what it returned.
+
+    Raises:
+        TimedOut: it ran longer.
+    """
     coro = kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
     try:
         async with asyncio.timeout(timeout_s) as scope:
-            await coro
+            return await coro
     except TimeoutError:
         if scope.expired():
             raise TimedOut(
@@ -98,20 +103,21 @@ async def call_in_thread(
     kwargs: dict[str, Any],
     timeout_s: float,
     execution: Execution,
-) -> None:
-    """Run a sync `run` in a daemon thread of its own so the event loop never blocks.
+) -> Any:
+    """Run a sync `run` in a daemon thread of its own so the event loop never blocks; what it
+    returned.
 
     `done` resolves when the thread returns, whatever happened to the waiting: Python cannot
     stop a thread, so a timed-out run keeps going until it returns, and its row stays busy in
     this process until then (see `Runner.execute`).
     """
     loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[None] = loop.create_future()
+    outcome: asyncio.Future[Any] = loop.create_future()
 
-    def settle(error: BaseException | None) -> None:
+    def settle(error: BaseException | None, returned: Any = None) -> None:
         if not outcome.done():
             if error is None:
-                outcome.set_result(None)
+                outcome.set_result(returned)
             elif isinstance(error, StopIteration | KeyboardInterrupt | SystemExit):
                 # A future cannot carry these three as they are; the attempt still fails
                 # under their name.
@@ -122,12 +128,13 @@ async def call_in_thread(
 
     def work() -> None:
         error: BaseException | None = None
+        returned: Any = None
         try:
-            kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
+            returned = kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
         except BaseException as failure:  # handed to the loop, which decides
             error = failure
         with contextlib.suppress(RuntimeError):  # the loop closed while the thread ran
-            loop.call_soon_threadsafe(settle, error)
+            loop.call_soon_threadsafe(settle, error, returned)
 
     started = time.monotonic()
     # The thread runs in a copy of this task's context, so a span made current around the run
@@ -139,7 +146,7 @@ async def call_in_thread(
     execution.thread_started = True
     try:
         async with asyncio.timeout(timeout_s):
-            await asyncio.shield(outcome)
+            return await asyncio.shield(outcome)
     except TimeoutError:
         if outcome.done():
             raise

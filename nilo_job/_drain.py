@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from ._errors import Refusal
+from ._identity import worker
 from ._observe import Observers
 from ._runner import Runner
 from .store.contract import INT64_MAX, INT64_MIN, Store
@@ -41,15 +42,22 @@ class Drain:
         self.runner = runner
         self.observers = observers
 
-    async def run_one_at(self, now_us: int) -> bool:
-        """`Jobs.run_one_at`: True if a run was called."""
+    async def run_one_at(self, now_us: int, names: tuple[str, ...] | None = None) -> bool:
+        """`Jobs.run_one_at`: True if a run was called. `names` are the kinds to claim (None:
+        every kind that is not paused)."""
         if isinstance(now_us, bool) or not isinstance(now_us, int):
             raise Refusal(f"drain_at({now_us!r}): microseconds since the epoch, as an int")
         if not INT64_MIN <= now_us <= INT64_MAX - self.lease_ms * 1_000:
             raise Refusal(f"drain_at({now_us}): a moment no store can hold; pass a nearer one")
+        if names is None:
+            names = await self.claimable()
+        if not names:
+            return False
         while True:
             began = time.monotonic()
-            rows = await self.store.claim(self.names, now_us, now_us + self.lease_ms * 1_000, 1)
+            rows = await self.store.claim(
+                names, now_us, now_us + self.lease_ms * 1_000, 1, worker()
+            )
             if self.observers.all:
                 self.observers.claimed(rows, now_us, began)
             if not rows:
@@ -60,6 +68,12 @@ class Drain:
     async def drain_at(self, now_us: int) -> int:
         """`Jobs.drain_at`: how many runs were called."""
         count = 0
-        while await self.run_one_at(now_us):
+        names = await self.claimable()
+        while await self.run_one_at(now_us, names):
             count += 1
         return count
+
+    async def claimable(self) -> tuple[str, ...]:
+        """The kinds to claim: every kind of the queue that is not paused."""
+        paused = await self.store.paused()
+        return tuple(name for name in self.names if name not in paused)

@@ -26,7 +26,8 @@ class Feed:
     set when a worker finds nothing, or leaves `low` rows or fewer behind it.
     """
 
-    def __init__(self, want: asyncio.Event) -> None:
+    def __init__(self, want: asyncio.Event, kinds: Sequence[str] = ()) -> None:
+        self.kinds: frozenset[str] = frozenset(kinds)  # what serve claims now (none paused)
         self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
         self.idle: collections.deque[asyncio.Future[tuple[Claimed, int] | None]] = (
             collections.deque()

@@ -19,9 +19,20 @@ def is_last(kind: Kind, attempts: int) -> bool:
 
 
 def decide(
-    kind: Kind, row: Claimed, error: BaseException | None, now_us: int, then: NewRow | None = None
+    kind: Kind,
+    row: Claimed,
+    error: BaseException | None,
+    now_us: int,
+    then: NewRow | None = None,
+    *,
+    keep: bool = False,
+    started_us: int | None = None,
+    result: bytes | None = None,
 ) -> End:
     """The end of one run of `row`: done, a retry at a time, or dead with the error's name.
+
+    A done row is kept as history when `keep` (the queue's retention is on), finished at
+    `now_us`, started at `started_us`, with the JSON bytes of what its run returned (`result`).
 
     The failure's name, message and traceback are kept as text every store can hold
     (`_failure.describe`). A failure is dead when it is in the kind's `final` (never a
@@ -31,6 +42,8 @@ def decide(
     with this end: a retried tick then gives up its key and is retried as a row of its own.
     """
     if error is None:
+        if keep:
+            return Done(row.id, row.attempts, then, now_us, started_us, result)
         return Done(row.id, row.attempts, then)
     failure = describe(error)
     name, message, trace = failure.name, failure.message, failure.traceback

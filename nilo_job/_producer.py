@@ -22,6 +22,7 @@ from ._ends import Ends, released
 from ._errors import Refusal
 from ._feed import Feed
 from ._grouped import Grouped
+from ._identity import worker
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
 from ._observe import Observers
 from ._spaces import Space
@@ -86,10 +87,11 @@ class Producer:
             )
         if after_ms is not None and at is not None:
             raise Refusal("push takes after_ms or at, not both: one says when the row is due")
+        now = self.clock.now()
         if after_ms is not None:
             if isinstance(after_ms, bool) or not isinstance(after_ms, int) or after_ms < 0:
                 raise Refusal(f"after_ms={after_ms!r}: a whole number of milliseconds, 0 or more")
-            run_at = self.clock.now() + after_ms * 1_000
+            run_at = now + after_ms * 1_000
         elif at is not None:
             if isinstance(at, datetime):
                 run_at = datetime_to_us(at)
@@ -98,7 +100,7 @@ class Producer:
             else:
                 run_at = at
         else:
-            run_at = self.clock.now()
+            run_at = now
         if not INT64_MIN <= run_at <= INT64_MAX:
             raise Refusal(
                 f"the row would be due at {run_at} µs since the epoch, which no store can hold "
@@ -112,7 +114,8 @@ class Producer:
                     f"unique={unique[:80]!a} cannot be a key: {problem}. Hash it or shorten it "
                     f"(a key is at most {MAX_NAME_BYTES} bytes of UTF-8)"
                 )
-        return kind, NewRow(kind.name, kind.codec.encode(value), run_at, unique)
+        payload = kind.codec.encode(value)
+        return kind, NewRow(kind.name, payload, run_at, unique, pushed_at=now)
 
     async def push(
         self,
@@ -131,11 +134,13 @@ class Producer:
         mark = f"within:{kind.name}:{unique}" if within is not None else ""
         if within is not None and not await within.add(mark, b"1"):
             return None
-        feed = self.wakeups.idle_feed(row.run_at)
+        feed = self.wakeups.idle_feed(row.run_at, kind.name)
         claimed_at = 0
         if feed is not None:  # a worker of this process is idle: the row is claimed for it
             claimed_at = self.clock.now()
-            row = dataclasses.replace(row, lease_until=claimed_at + self.lease_ms * 1_000)
+            row = dataclasses.replace(
+                row, lease_until=claimed_at + self.lease_ms * 1_000, worker=worker()
+            )
         try:
             with self.observers.pushing(kind.name):
                 if feed is None:

@@ -6,6 +6,9 @@
     drain, run_one              _drain.Drain         due rows here and now, on a test's clock
     seed                        _ticks.Ticks         a schedule's next tick, as a row
     wake                        _wakeups.Wakeups     serve hears of work before its poll
+    row, find, *_many, pause,   _operate.Operator    the operator's calls over many rows
+      flow
+    (history)                   _prune.Pruner        done rows kept, then pruned
 
 `Jobs` reads the kinds, checks the settings, builds those parts and hands each the same clock
 (`_clock.Clock`); the operator calls (cancel, stats, status, dead_ones, retry_dead) are a store
@@ -32,7 +35,9 @@ from ._ends import Ends
 from ._errors import Refusal
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
 from ._observe import Observer, Observers
+from ._operate import Operator
 from ._producer import Producer
+from ._prune import Pruner
 from ._runner import Runner
 from ._server import Server
 from ._spaces import Space
@@ -40,8 +45,12 @@ from ._status import Statuses
 from ._sync import SyncJobs
 from ._ticks import Ticks
 from ._values import Dead, State, Stats, Status
+from ._views import Flow, Found, Row, Where
 from ._wakeups import Wakeups
 from .store.contract import INT64_MAX, DeadRow, Store
+
+RETENTION_MS = 3_600_000
+"""How long a done row is kept by default, in milliseconds: an hour."""
 
 
 def _positive(name: str, value: object) -> int:
@@ -69,6 +78,10 @@ class Jobs:
             wakes it, in milliseconds (default 1,000).
         timeout_ms: how long one run may take, in milliseconds, for a kind that names no
             `timeout_ms` of its own (default 60,000).
+        retention_ms: how long a done row is kept, with what its run returned, in milliseconds
+            (default 3,600,000: an hour, what the flow charts show); then a serving process
+            prunes it. 0 deletes a row as it finishes. Dead rows are kept until you retry or
+            delete them.
 
     The lease is the longest timeout across the kinds and the queue, plus one second.
 
@@ -87,6 +100,7 @@ class Jobs:
         workers: int = 4,
         poll_ms: int = 1_000,
         timeout_ms: int = 60_000,
+        retention_ms: int = RETENTION_MS,
     ) -> None:
         if isinstance(kinds, type) or not isinstance(kinds, Sequence) or not kinds:
             raise Refusal("job.Jobs(kinds=[...]) takes a non-empty list of job classes")
@@ -106,6 +120,11 @@ class Jobs:
         workers = _positive("workers", workers)
         self.poll_ms = _positive("poll_ms", poll_ms)
         self.timeout_ms = _positive("timeout_ms", timeout_ms)
+        if isinstance(retention_ms, bool) or not isinstance(retention_ms, int) or retention_ms < 0:
+            raise Refusal(
+                f"job.Jobs(retention_ms={retention_ms!r}) takes whole milliseconds, 0 or more"
+            )
+        self.retention_ms = retention_ms
         self.store = store
         self.deps = deps
         self.space = status
@@ -143,7 +162,9 @@ class Jobs:
             statuses=statuses,
             observers=observers,
             wakeups=wakeups,
+            keep=retention_ms > 0,
         )
+        self._pruner = Pruner(store, retention_ms, clock.now) if retention_ms else None
         self._server = Server(
             store=store,
             kinds=self._kinds,
@@ -157,6 +178,7 @@ class Jobs:
             ticks=ticks,
             observers=observers,
             wakeups=wakeups,
+            pruner=self._pruner,
         )
         self._drain = Drain(
             store=store,
@@ -166,6 +188,15 @@ class Jobs:
             observers=observers,
         )
         self._ticks = ticks
+        self._operator = Operator(
+            store=store,
+            clock=clock,
+            kinds=self._kinds,
+            statuses=statuses,
+            ticks=ticks,
+            wakeups=wakeups,
+            paused=self._server.pause,
+        )
 
     def __repr__(self) -> str:
         names = list(self._kinds)
@@ -373,7 +404,8 @@ class Jobs:
         return gone
 
     async def stats(self) -> Stats:
-        """How many rows in the table are `queued`, `running` and `dead`.
+        """How many rows in the table are `queued`, `running` and `dead`, and how many `done`
+        rows are kept as history.
 
         Raises:
             StoreUnavailable: the store cannot be reached.
@@ -510,9 +542,137 @@ class Jobs:
         """
         return await self._drain.run_one_at(now_us)
 
+    # ------------------------------------------------------------------ the operator's calls
+
+    async def row(self, row_id: int) -> Row | None:
+        """A row's whole story: its state, payload, times, attempt, lease and worker, the last
+        error (name, message, traceback), and for a done row what its run returned (`result`).
+        A done row is found while it is kept (`retention_ms`).
+
+        Returns:
+            The row, or None when there is no row with that id (any more).
+
+        Raises:
+            Refusal: `row_id` is not an int.
+            StoreUnavailable: the store cannot be reached.
+        """
+        if not _is_row_id(row_id):
+            return None
+        return await self._operator.row(row_id)
+
+    async def find(self, where: Where, *, after: str | None = None, limit: int = 100) -> Found:
+        """A page of the rows that match `where`, at most `limit` (1 to 1,000).
+
+        Queued and running rows come by due time, oldest first; dead and done rows newest first.
+        Pass the page's `next` as `after` for the page after it: pages are keyset pages, so page
+        500 costs what page 1 does. Without `where.state`, rows of every state (no paging).
+
+        Raises:
+            Refusal: `where` is not a `job.Where`, `limit` is out of range, `after` is not a
+                cursor `find` gave, or `after` without a state.
+            StoreUnavailable: the store cannot be reached.
+        """
+        return await self._operator.find(where, after, limit)
+
+    async def count(self, where: Where) -> int:
+        """How many rows match `where` (of every state when it names none).
+
+        Raises:
+            Refusal: `where` is not a `job.Where`.
+            StoreUnavailable: the store cannot be reached.
+        """
+        return await self._operator.count(where)
+
+    async def retry_many(self, rows: Sequence[int] | Where, *, at_most: int | None = None) -> int:
+        """`retry_dead` for many rows: the dead rows among the ids `rows`, or every dead row
+        that matches the filter `rows`, at most `at_most` (None: all), in batches of 500 rows,
+        one transaction each. How many were queued again.
+
+        Raises:
+            Refusal: an id is not an int, `rows` names a state other than dead, or `at_most`
+                is negative.
+            StoreUnavailable: the store cannot be reached (whole batches before it stand).
+        """
+        return await self._operator.retry_many(rows, at_most)
+
+    async def cancel_many(self, rows: Sequence[int] | Where, *, at_most: int | None = None) -> int:
+        """`cancel` for many rows: the queued rows among the ids, or every queued row that
+        matches the filter, at most `at_most`, in batches as for `retry_many`. How many were
+        taken back (a row a worker holds runs on and is not counted).
+
+        Raises:
+            Refusal, StoreUnavailable: as for `retry_many`.
+        """
+        return await self._operator.cancel_many(rows, at_most)
+
+    async def delete_many(self, rows: Sequence[int] | Where, *, at_most: int | None = None) -> int:
+        """Delete dead and done rows: among the ids, or every dead or done row that matches the
+        filter, at most `at_most`, in batches as for `retry_many`. Queued and running rows are
+        never deleted here (`cancel_many` takes queued ones back). How many went.
+
+        Raises:
+            Refusal, StoreUnavailable: as for `retry_many`.
+        """
+        return await self._operator.delete_many(rows, at_most)
+
+    async def pause(self, kind: str) -> bool:
+        """Stop claiming rows of the kind named `kind`, in every process on this table: each
+        serving process stops within its `poll_ms` (this one at once). Pushes are still
+        accepted and rows wait; a run already started finishes. The pause is kept in the
+        table, so it outlasts restarts. False when the kind was paused already.
+
+        Raises:
+            Refusal: `kind` is not the name of a kind of this queue.
+            StoreUnavailable: the store cannot be reached.
+        """
+        return await self._operator.pause(kind)
+
+    async def resume(self, kind: str) -> bool:
+        """Claim rows of a paused kind again, in every process within its `poll_ms`. False when
+        it was not paused.
+
+        Raises:
+            Refusal, StoreUnavailable: as for `pause`.
+        """
+        return await self._operator.resume(kind)
+
+    async def paused(self) -> dict[str, int]:
+        """The paused kinds, each with when it was paused (µs since the epoch).
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        return await self.store.paused()
+
+    async def flow(self, *, minutes: int = 60) -> list[Flow]:
+        """Per kind, the last `minutes` minutes (1 to 1,440): rows done and died per minute,
+        run durations (p50, p95 of the last 1,000 done rows), and how long the oldest due row
+        has waited (queue latency), with the counts now and whether the kind is paused.
+
+        Raises:
+            Refusal: `minutes` is out of range.
+            StoreUnavailable: the store cannot be reached.
+        """
+        return await self._operator.flow(minutes)
+
+    async def prune_at(self, now_us: int) -> int:
+        """Delete every done row that finished more than `retention_ms` before `now_us` (µs
+        since the epoch): what `serve` does in small batches as it runs, here all at once (for a
+        test's clock, or a cron job of yours). How many went; 0 with `retention_ms=0`.
+
+        Raises:
+            Refusal: `now_us` is not an int.
+            StoreUnavailable: the store cannot be reached.
+        """
+        if isinstance(now_us, bool) or not isinstance(now_us, int):
+            raise Refusal(f"prune_at({now_us!r}): microseconds since the epoch, as an int")
+        if self._pruner is None:
+            return 0
+        return await self._pruner.prune_at(now_us)
+
     # -------------------------------------------------------------------------------- serve
 
-    async def serve(self, *, grace_ms: int = 30_000) -> None:
+    async def serve(self, *, grace_ms: int = 30_000, kinds: Sequence[str] | None = None) -> None:
         """Run `workers` rows at once until cancelled: the worker loop of this process.
 
         It claims as many rows as it has free workers in one call, sleeps `poll_ms` when there
@@ -523,24 +683,31 @@ class Jobs:
         milliseconds, then cancels them and gives their rows back as queued, unrun; then the
         CancelledError propagates.
 
+        `kinds` (names) runs only those kinds in this process (None: all of them). Paused
+        kinds are not claimed; while it runs it prunes done rows past `retention_ms`.
+
         Raises:
             StoreUnavailable: at start, the table is missing or not nilo-job's.
-            Refusal: serve is already running on this queue.
+            Refusal: serve is already running on this queue, or `kinds` names a kind the
+                queue lacks.
         """
-        await self._server.serve(grace_ms)
+        await self._server.serve(grace_ms, kinds=kinds)
 
     @contextlib.asynccontextmanager
-    async def serving(self, *, grace_ms: int = 30_000) -> AsyncIterator[Jobs]:
+    async def serving(
+        self, *, grace_ms: int = 30_000, kinds: Sequence[str] | None = None
+    ) -> AsyncIterator[Jobs]:
         """`serve` in the background for the body of an `async with`, for an ASGI lifespan.
 
-        Leaving the block cancels it and waits for its shutdown (`grace_ms` as for `serve`).
+        Leaving the block cancels it and waits for its shutdown (`grace_ms` and `kinds` as for
+        `serve`).
 
         Raises:
             StoreUnavailable: as the block is entered, the store cannot be reached or its table
                 is missing or not nilo-job's.
             Refusal: serve is already running on this queue.
         """
-        async with self._server.serving(grace_ms):
+        async with self._server.serving(grace_ms, kinds):
             yield self
 
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+import msgspec
+
 from . import _policy
 from ._calling import Execution, arguments, call_async, call_in_thread
 from ._ends import Ends
@@ -32,6 +34,9 @@ from ._wakeups import Wakeups
 from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying, Store
 
 log = logging.getLogger("nilo_job")
+
+RESULT_BYTES = 65_536
+"""The largest result (its JSON, in bytes) a done row keeps; a larger one is kept as None."""
 
 _BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
 
@@ -50,6 +55,7 @@ class Runner:
         timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
         store: for a schedule's key handed on as its tick starts.
         ends, ticks, statuses, observers, wakeups: the queue's parts this writes through.
+        keep: keep done rows as history, with their run's result (the queue's retention).
     """
 
     def __init__(
@@ -65,8 +71,10 @@ class Runner:
         statuses: Statuses,
         observers: Observers,
         wakeups: Wakeups,
+        keep: bool = False,
     ) -> None:
         self.kinds = kinds
+        self.keep = keep  # done rows are kept as history (the queue's retention is on)
         self.queue = queue
         self.deps = deps
         self.timeout_ms = timeout_ms
@@ -172,15 +180,20 @@ class Runner:
         timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
         error: BaseException | None = None
         watch = self.observers.running(kind.name, tick)
+        returned: object = None
+        log.debug(
+            "%s row %d: attempt %d started", kind.name, row.id, row.attempts,
+            extra={"kind": kind.name, "row": row.id, "attempt": row.attempts},
+        )  # fmt: skip
         began = time.monotonic()
         try:
             # Inside the try: a stop while the status is written gives the row back too.
             await self.statuses.put(row.id, State.RUNNING, row.attempts, 0)
             with watch:
                 if kind.is_async:
-                    await call_async(kind, value, kwargs, timeout_s)
+                    returned = await call_async(kind, value, kwargs, timeout_s)
                 else:
-                    await call_in_thread(kind, value, kwargs, timeout_s, execution)
+                    returned = await call_in_thread(kind, value, kwargs, timeout_s, execution)
         except asyncio.CancelledError as cancelled:
             task = asyncio.current_task()
             if task is None or not task.cancelling():
@@ -205,7 +218,11 @@ class Runner:
         ended = clock()
         # Overlap.SKIP: the next tick is computed from the clock when the run ends.
         then = self.ticks.next_row(kind, row.run_at, ended) if hand_on_at_end else None
-        end = _policy.decide(kind, row, error, ended, then)
+        kept = self.keep and error is None
+        result = _result(kind, row, returned) if kept else None
+        end = _policy.decide(
+            kind, row, error, ended, then, keep=self.keep, started_us=started, result=result
+        )
         if kind.is_async:
             free()
         # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
@@ -279,6 +296,12 @@ class Runner:
         if end.then is not None:
             self.wakeups.wake_at(end.then.run_at)  # a schedule's next tick
         if isinstance(end, Done):
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s row %d: done on attempt %d in %.1f ms",
+                    kind.name, row.id, row.attempts, seconds * 1_000,
+                    extra={**fields, "ms": round(seconds * 1_000, 3)},
+                )  # fmt: skip
             await self.statuses.put(row.id, State.DONE, row.attempts, progress)
         elif isinstance(end, Retrying):
             wait_ms = kind.retry.wait_ms(row.attempts)
@@ -311,6 +334,32 @@ class Runner:
             (State.RUNNING, 0) if current is None else (current.state, current.attempts)
         )
         await self.statuses.put(row_id, state, attempts, n)
+
+
+def _result(kind: Kind, row: Claimed, value: object) -> bytes | None:
+    """The JSON of what a run returned, for its done row: None for None, for a value JSON cannot
+    carry, and for one over `RESULT_BYTES` (the row is kept all the same, and the log says why)."""
+    if value is None:
+        return None
+    try:
+        data = msgspec.json.encode(value)
+        data.decode()  # text every store keeps (no lone surrogates)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as error:
+        log.info(
+            "%s row %d: its run returned a %s, which JSON cannot carry (%s); the row keeps no "
+            "result",
+            kind.name, row.id, type(value).__name__, error,
+            extra={"kind": kind.name, "row": row.id},
+        )  # fmt: skip
+        return None
+    if len(data) > RESULT_BYTES:
+        log.info(
+            "%s row %d: its run returned %d bytes of JSON, over the %d a row keeps; the row "
+            "keeps no result",
+            kind.name, row.id, len(data), RESULT_BYTES, extra={"kind": kind.name, "row": row.id},
+        )  # fmt: skip
+        return None
+    return data
 
 
 def _exc_info(

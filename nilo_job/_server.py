@@ -16,14 +16,16 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 
 from ._clock import Clock, now_us
 from ._ends import Ends, released
 from ._errors import Refusal
 from ._feed import Feed
+from ._identity import worker
 from ._kinds import Kind
 from ._observe import Observers
+from ._prune import Pruner
 from ._runner import Runner
 from ._ticks import Ticks
 from ._wakeups import Wakeups
@@ -57,6 +59,8 @@ class Server:
         lease_ms: the lease a claim takes, in milliseconds.
         timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
         runner, ends, ticks, observers, wakeups: the queue's parts this drives.
+        pruner: deletes done rows past the queue's retention while serve runs (None: the queue
+            keeps none).
     """
 
     def __init__(
@@ -74,10 +78,13 @@ class Server:
         ticks: Ticks,
         observers: Observers,
         wakeups: Wakeups,
+        pruner: Pruner | None = None,
     ) -> None:
         self.store = store
         self.kinds = kinds
-        self.names = tuple(kinds)
+        self.names = tuple(kinds)  # the kinds serve runs
+        self.claimable = self.names  # and of those, the ones not paused
+        self.pruner = pruner
         self.clock = clock
         self.workers = workers
         self.poll_ms = poll_ms
@@ -94,20 +101,45 @@ class Server:
         """False once serve was started and its task has ended; True otherwise."""
         return self.task is None or not self.task.done()
 
-    async def serve(self, grace_ms: int, ready: asyncio.Event | None = None) -> None:
+    def only(self, kinds: Sequence[str] | None) -> tuple[str, ...]:
+        """The kinds serve runs: `kinds` (names of the queue's kinds), or all when None.
+
+        Raises:
+            Refusal: a name that is not a kind of this queue, or an empty list.
+        """
+        if kinds is None:
+            return tuple(self.kinds)
+        if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
+            raise Refusal("serve(kinds=[...]) takes a non-empty list of kind names")
+        unknown = [name for name in kinds if name not in self.kinds]
+        if unknown:
+            raise Refusal(
+                f"serve(kinds=...): {', '.join(map(repr, unknown))} is not a kind of this queue "
+                f"(it has {', '.join(self.kinds)})"
+            )
+        return tuple(dict.fromkeys(kinds))
+
+    async def serve(
+        self,
+        grace_ms: int,
+        ready: asyncio.Event | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> None:
         """`Jobs.serve`; `ready` is set once pushes from this loop reach it (its wake-up exists).
 
         Raises:
-            Refusal: serve already runs on this queue.
+            Refusal: serve already runs on this queue, or `kinds` names a kind it lacks.
             StoreUnavailable: at start, the store cannot be reached or its table is not usable.
         """
         if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
             raise Refusal(f"serve(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
         if self.task is not None and not self.task.done():
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
+        self.names = self.only(kinds)
         await self.store.open()
         await self.store.check()
         await self.clock.follow(self.store.now_us)
+        self.pause(await self.store.paused())
         wakeup = self.wakeups.start(asyncio.get_running_loop())
         if ready is not None:
             ready.set()
@@ -117,33 +149,76 @@ class Server:
             self.wakeups.stop()
             raise
         self.task = asyncio.current_task()
-        feed = self.wakeups.feed = Feed(wakeup)
+        feed = self.wakeups.feed = Feed(wakeup, self.claimable)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
-        watching = asyncio.create_task(self.store.watch(self.wakeups.wake_at))
-        log.info("serving %s with %d workers", ", ".join(self.names), self.workers)
+        helpers = [
+            asyncio.create_task(self.store.watch(self.wakeups.wake_at)),
+            asyncio.create_task(self._follow_pauses(wakeup)),
+        ]
+        if self.pruner is not None:
+            helpers.append(asyncio.create_task(self.pruner.run()))
+        paused = [name for name in self.names if name not in self.claimable]
+        log.info(
+            "serving %s with %d workers%s", ", ".join(self.names), self.workers,
+            f" ({', '.join(paused)} paused)" if paused else "",
+        )  # fmt: skip
         try:
             await self._claim_loop(feed, wakeup)
         finally:
-            watching.cancel()
+            for helper in helpers:
+                helper.cancel()
             try:
                 await self._stop(feed, workers, grace_ms)
             finally:
                 self.wakeups.feed = None
                 self.ends.group = None
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watching
+                for helper in helpers:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await helper
                 self.wakeups.stop()
 
+    def pause(self, paused: Collection[str]) -> None:
+        """Claim no row of the `paused` kinds from now on, and again rows of the others."""
+        claimable = tuple(name for name in self.names if name not in paused)
+        resumed = set(claimable) - set(self.claimable)
+        self.claimable = claimable
+        feed = self.wakeups.feed
+        if feed is not None:
+            feed.kinds = frozenset(claimable)
+        if resumed:
+            for name in sorted(resumed):
+                log.info("%s is resumed: claiming its rows again", name, extra={"kind": name})
+            self.wakeups.wake_at(None)
+
+    async def _follow_pauses(self, wakeup: asyncio.Event) -> None:
+        """Read which kinds are paused every `poll_ms` (a pause or resume from any process
+        takes effect here within it)."""
+        while True:
+            await asyncio.sleep(self.poll_ms / 1_000)
+            try:
+                paused = await self.store.paused()
+            except Exception as error:
+                log.debug("reading the paused kinds failed (%s)", error)
+                continue
+            before = set(self.claimable)
+            self.pause(paused)
+            for name in sorted(before - set(self.claimable)):
+                log.info("%s is paused: its rows wait until it is resumed", name,
+                         extra={"kind": name})  # fmt: skip
+
     @contextlib.asynccontextmanager
-    async def serving(self, grace_ms: int) -> AsyncIterator[None]:
+    async def serving(
+        self, grace_ms: int, kinds: Sequence[str] | None = None
+    ) -> AsyncIterator[None]:
         """`Jobs.serving`: serve in a task for the body of the block."""
         # A store that cannot be reached, or a missing table, is raised here rather than lost
         # in the background task.
         await self.store.open()
         await self.store.check()
         ready = asyncio.Event()
-        task = asyncio.create_task(self.serve(grace_ms, ready))
+        self.only(kinds)  # a wrong name is refused here, not in the task
+        task = asyncio.create_task(self.serve(grace_ms, ready, kinds))
         try:
             # Into the block once serve hears this loop's pushes: a row pushed for later at
             # once is then woken for when due, not found a poll later.
@@ -199,6 +274,11 @@ class Server:
             if self.ticks.scheduled and now - seeded_at > _SEED_EVERY_US:
                 seeded_at = now
                 await self._seed(now)
+            if not self.claimable:  # every kind served here is paused
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll_s):
+                        await wakeup.wait()
+                continue
             try:
                 rows = await self._claim(now, limit)
             except Exception as error:
@@ -235,7 +315,7 @@ class Server:
         those rows would sit as running until their lease ran out.
         """
         claim = asyncio.ensure_future(
-            self.store.claim(self.names, now, now + self.lease_ms * 1_000, limit)
+            self.store.claim(self.claimable, now, now + self.lease_ms * 1_000, limit, worker())
         )
         began = time.monotonic()
         try:

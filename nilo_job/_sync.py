@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ._errors import Refusal
 from ._spaces import Space
 from ._values import Dead, Stats, Status
+from ._views import Flow, Found, Row, Where
 from .store.contract import Store
 
 T = TypeVar("T")
@@ -59,6 +60,24 @@ class AsyncFace(Protocol):
     async def progress(self, row_id: int, n: int) -> None: ...
     async def drain(self) -> int: ...
     async def drain_at(self, now_us: int) -> int: ...
+    async def row(self, row_id: int) -> Row | None: ...
+    async def find(
+        self, where: Where, *, after: str | None = None, limit: int = 100
+    ) -> Found: ...
+    async def count(self, where: Where) -> int: ...
+    async def retry_many(
+        self, rows: Sequence[int] | Where, *, at_most: int | None = None
+    ) -> int: ...
+    async def cancel_many(
+        self, rows: Sequence[int] | Where, *, at_most: int | None = None
+    ) -> int: ...
+    async def delete_many(
+        self, rows: Sequence[int] | Where, *, at_most: int | None = None
+    ) -> int: ...
+    async def pause(self, kind: str) -> bool: ...
+    async def resume(self, kind: str) -> bool: ...
+    async def paused(self) -> dict[str, int]: ...
+    async def flow(self, *, minutes: int = 60) -> list[Flow]: ...
 
 
 class SyncJobs:
@@ -185,6 +204,46 @@ class SyncJobs:
     def progress(self, row_id: int, n: int) -> None:
         """`Jobs.progress`, blocking: how far a synchronous run has got."""
         self._call(self._jobs.progress(row_id, n))
+
+    def row(self, row_id: int) -> Row | None:
+        """`Jobs.row`, blocking."""
+        return self._call(self._jobs.row(row_id))
+
+    def find(self, where: Where, *, after: str | None = None, limit: int = 100) -> Found:
+        """`Jobs.find`, blocking."""
+        return self._call(self._jobs.find(where, after=after, limit=limit))
+
+    def count(self, where: Where) -> int:
+        """`Jobs.count`, blocking."""
+        return self._call(self._jobs.count(where))
+
+    def retry_many(self, rows: Sequence[int] | Where, *, at_most: int | None = None) -> int:
+        """`Jobs.retry_many`, blocking."""
+        return self._call(self._jobs.retry_many(rows, at_most=at_most))
+
+    def cancel_many(self, rows: Sequence[int] | Where, *, at_most: int | None = None) -> int:
+        """`Jobs.cancel_many`, blocking."""
+        return self._call(self._jobs.cancel_many(rows, at_most=at_most))
+
+    def delete_many(self, rows: Sequence[int] | Where, *, at_most: int | None = None) -> int:
+        """`Jobs.delete_many`, blocking."""
+        return self._call(self._jobs.delete_many(rows, at_most=at_most))
+
+    def pause(self, kind: str) -> bool:
+        """`Jobs.pause`, blocking."""
+        return self._call(self._jobs.pause(kind))
+
+    def resume(self, kind: str) -> bool:
+        """`Jobs.resume`, blocking."""
+        return self._call(self._jobs.resume(kind))
+
+    def paused(self) -> dict[str, int]:
+        """`Jobs.paused`, blocking."""
+        return self._call(self._jobs.paused())
+
+    def flow(self, *, minutes: int = 60) -> list[Flow]:
+        """`Jobs.flow`, blocking."""
+        return self._call(self._jobs.flow(minutes=minutes))
 
     def close(self) -> None:
         """Close the store on the bridge's own loop and stop that loop (at the end of a script

@@ -52,7 +52,7 @@ class Ticks:
         """The row of the tick after the one due at `due_us` (µs), seen from `now_us`, carrying
         the key."""
         run_at = _policy.next_tick_at(kind, due_us, now_us)
-        return NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY)
+        return NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY, pushed_at=now_us)
 
     async def holding(self, row_id: int) -> tuple[Kind, int] | None:
         """The scheduled kind whose next tick row `row_id` is, and when it is due (µs); None
@@ -69,13 +69,21 @@ class Ticks:
         """After the tick due at `due_us` was cancelled: queue the one after it (the first on
         the schedule after `due_us`, or after `now_us` when that one is past too)."""
         run_at = _policy.tick_after_skipped(kind, due_us, now_us)
-        await self._push([NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY)])
+        await self._push(
+            [NewRow(kind.name, self.payloads[kind.name], run_at, SCHEDULE_KEY, pushed_at=now_us)]
+        )
 
     async def seed_at(self, now_us: int) -> None:
         """Push every schedule's first tick after `now_us` (µs); a kind already seeded keeps its
         row (the key is taken, so the push writes nothing for it)."""
         rows = [
-            NewRow(kind.name, self.payloads[kind.name], kind.schedule.next(now_us), SCHEDULE_KEY)
+            NewRow(
+                kind.name,
+                self.payloads[kind.name],
+                kind.schedule.next(now_us),
+                SCHEDULE_KEY,
+                pushed_at=now_us,
+            )
             for kind in self.scheduled
             if kind.schedule is not None
         ]

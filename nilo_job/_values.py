@@ -144,14 +144,17 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """How many rows are `queued`, `running` and `dead`.
+    """How many rows are `queued`, `running` and `dead`, and how many `done` rows are kept as
+    history (0 when the queue keeps none).
 
-    Read by attribute; it also unpacks, indexes and compares equal like the tuple of the three.
+    Read by attribute; it also unpacks, indexes and compares equal like the tuple of the first
+    three, the rows still in the queue (`done` is left out of the tuple).
     """
 
     queued: int
     running: int
     dead: int
+    done: int = 0
 
     def _tuple(self) -> tuple[int, int, int]:
         return (self.queued, self.running, self.dead)

@@ -63,12 +63,13 @@ class Wakeups:
             return None
         return loop
 
-    def idle_feed(self, run_at: int) -> Feed | None:
-        """serve's feed, when a row due at `run_at` (µs) is due now and one of serve's workers is
-        idle on the running event loop with no row promised to it: the push may then insert the
-        row already claimed and hand it to that worker (no claim, no wait for the claim loop)."""
+    def idle_feed(self, run_at: int, kind: str) -> Feed | None:
+        """serve's feed, when a row of `kind` due at `run_at` (µs) is due now and one of serve's
+        workers is idle on the running event loop with no row promised to it: the push may then
+        insert the row already claimed and hand it to that worker (no claim, no wait for the
+        claim loop). Never for a kind serve does not claim (paused, or not served here)."""
         feed = self.feed
-        if feed is None or not feed.has_unpromised_idle():
+        if feed is None or not feed.has_unpromised_idle() or kind not in feed.kinds:
             return None
         if self.serving_loop() is not asyncio.get_running_loop():
             return None

@@ -9,6 +9,9 @@ What is measured (times in seconds):
 
     nilo_job_rows{kind,state}            gauge      rows in the table now, read at each scrape
     nilo_job_store_up                    gauge      1 when that read worked, else 0
+    nilo_job_oldest_due_seconds{kind}    gauge      how long the oldest due row has waited (queue
+                                                    latency; 0 with none waiting), at each scrape
+    nilo_job_paused{kind}                gauge      1 while the kind is paused, at each scrape
     nilo_job_pushed_total{kind}          counter    rows this process inserted (push, push_in,
                                                     seeding); a unique key already taken is not
     nilo_job_runs_total{kind,outcome}    counter    ends this process wrote: done, retrying,
@@ -45,6 +48,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from . import JobError, Jobs, Refusal
+from ._clock import now_us as wall_us
 from ._observe import Outcome
 from ._values import Tick
 from .store.contract import ROW_STATES, Claimed
@@ -171,13 +175,19 @@ class Metrics:
         A store that cannot be read leaves `nilo_job_store_up` at 0 and no `nilo_job_rows`
         (stale counts would be worse than none); it is logged, not raised.
         """
+        store = self.jobs.store
         try:
-            counts = await self.jobs.store.counts()
+            now = wall_us()
+            counts = await store.counts()
+            oldest = await store.oldest_due(now)
+            paused = await store.paused()
         except (JobError, OSError) as error:
             log.warning("metrics: the store cannot be read: %s", error)
             self._rows.counts = None
         else:
             self._rows.counts = counts
+            self._rows.waited_s = {kind: max(0, now - at) / 1e6 for kind, at in oldest.items()}
+            self._rows.paused = set(paused)
 
     async def exposition(self) -> tuple[bytes, str]:
         """`refresh`, then the registry in Prometheus's text format, and its content type."""
@@ -306,24 +316,38 @@ class _Rows:
     def __init__(self, kinds: Sequence[str]) -> None:
         self.kinds = tuple(kinds)
         self.counts: dict[tuple[str, str], int] | None = None
+        self.waited_s: dict[str, float] = {}
+        self.paused: set[str] = set()
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
         rows = GaugeMetricFamily(
             "nilo_job_rows", "Rows in the table now, by kind and state.", labels=["kind", "state"]
         )
         up = GaugeMetricFamily("nilo_job_store_up", "1 when the last read of the rows worked.")
-        return rows, up
+        waited = GaugeMetricFamily(
+            "nilo_job_oldest_due_seconds",
+            "How long the oldest due row of the kind has waited (queue latency).",
+            labels=["kind"],
+        )
+        paused = GaugeMetricFamily(
+            "nilo_job_paused", "1 while the kind is paused.", labels=["kind"]
+        )
+        return rows, up, waited, paused
 
     def describe(self) -> Iterable[Metric]:
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        rows, up = self._families()
+        rows, up, waited, paused = self._families()
         counts = self.counts
         up.add_metric([], 0 if counts is None else 1)
-        if counts is not None:
-            every = {(kind, state): 0 for kind in self.kinds for state in ROW_STATES}
-            every.update(counts)
-            for (kind, state), n in sorted(every.items()):
-                rows.add_metric([kind, state], n)
-        return [rows, up]
+        if counts is None:
+            return [rows, up]
+        every = {(kind, state): 0 for kind in self.kinds for state in ROW_STATES}
+        every.update(counts)
+        for (kind, state), n in sorted(every.items()):
+            rows.add_metric([kind, state], n)
+        for kind in sorted({*self.kinds, *self.waited_s}):
+            waited.add_metric([kind], self.waited_s.get(kind, 0.0))
+            paused.add_metric([kind], 1 if kind in self.paused else 0)
+        return [rows, up, waited, paused]

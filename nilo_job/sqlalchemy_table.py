@@ -25,7 +25,34 @@ from sqlalchemy import (
 
 
 def nilo_jobs_table(metadata: MetaData) -> Table:
-    """Add `nilo_jobs`, its check and its four indexes to `metadata`, and return the table."""
+    """Add `nilo_jobs`, its check and its four indexes to `metadata`, with the two tables beside
+    it (`nilo_jobs_done`, the history of done rows, and `nilo_jobs_paused`, the paused kinds),
+    and return `nilo_jobs`."""
+    Table(
+        "nilo_jobs_done",
+        metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=False),
+        Column("kind", Text, nullable=False),
+        Column("payload", JSON, nullable=False),
+        Column("unique_key", Text),
+        Column("run_at", BigInteger, nullable=False),
+        Column("pushed_at", BigInteger),
+        Column("started_at", BigInteger),
+        Column("finished_at", BigInteger, nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("worker", Text),
+        Column("error", Text),
+        Column("detail", Text),
+        Column("result", Text),
+        Index("nilo_jobs_done_finished", "finished_at", "id"),
+        Index("nilo_jobs_done_kind", "kind", "finished_at", "id"),
+    )
+    Table(
+        "nilo_jobs_paused",
+        metadata,
+        Column("kind", Text, primary_key=True),
+        Column("paused_at", BigInteger, nullable=False),
+    )
     return Table(
         "nilo_jobs",
         metadata,
@@ -41,6 +68,9 @@ def nilo_jobs_table(metadata: MetaData) -> Table:
         Column("detail", Text),
         Column("died_at", BigInteger),
         Column("traceback", Text),
+        Column("pushed_at", BigInteger),
+        Column("started_at", BigInteger),
+        Column("worker", Text),
         CheckConstraint("state IN ('queued', 'running', 'dead')", name="nilo_jobs_state_check"),
         Index(
             "nilo_jobs_unique",

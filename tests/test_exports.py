@@ -13,6 +13,8 @@ EXPORTS = {
     "Every",
     "Exponential",
     "Fixed",
+    "Flow",
+    "Found",
     "JobError",
     "Jobs",
     "LeaseLost",
@@ -25,6 +27,7 @@ EXPORTS = {
     "RedisSpace",
     "Refusal",
     "Retry",
+    "Row",
     "Run",
     "Schedule",
     "Space",
@@ -36,6 +39,7 @@ EXPORTS = {
     "Table",
     "Tick",
     "TimedOut",
+    "Where",
     "cron",
     "every",
     "now_us",
@@ -77,12 +81,19 @@ def test_value_fields_are_the_documented_ones() -> None:
     def names(cls: type) -> list[str]:
         return [field.name for field in dataclasses.fields(cls)]
 
-    assert names(job.Stats) == ["queued", "running", "dead"]
+    assert names(job.Stats) == ["queued", "running", "dead", "done"]
     assert names(job.Status) == ["state", "attempts", "progress"]
     assert names(job.Dead) == [
         "id", "kind", "error", "attempts", "payload", "died_at", "message", "traceback"
     ]  # fmt: skip
     assert names(job.Tick) == ["id", "attempts", "run_at", "last"]
+    assert names(job.Where) == ["state", "kind", "error", "key", "ids"]
+    assert names(job.Found) == ["rows", "next"]
+    assert names(job.Row) == [
+        "id", "kind", "state", "payload", "attempts", "run_at", "unique_key", "pushed_at",
+        "started_at", "finished_at", "died_at", "lease_until", "worker", "error", "message",
+        "traceback", "result", "unreadable",
+    ]  # fmt: skip
 
 
 def test_stats_read_by_attribute_and_equal_to_the_plain_tuple() -> None:
@@ -92,6 +103,8 @@ def test_stats_read_by_attribute_and_equal_to_the_plain_tuple() -> None:
     assert stats == job.Stats(1, 2, 3)
     assert stats != (1, 2, 4)
     assert tuple(stats) == (1, 2, 3)
+    kept = job.Stats(1, 2, 3, done=40)
+    assert (kept == (1, 2, 3), kept.done, len(kept)) == (True, 40, 3)  # done is not in the tuple
 
 
 @pytest.mark.parametrize(

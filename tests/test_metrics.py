@@ -109,6 +109,7 @@ async def test_the_endpoint_after_pushes_a_success_a_retry_and_a_death(
         ("nilo_job_rows", mail(state="queued")): 1.0,
         ("nilo_job_rows", mail(state="running")): 0.0,
         ("nilo_job_rows", mail(state="dead")): 1.0,
+        ("nilo_job_rows", mail(state="done")): 2.0,
     }
     assert of(samples, "nilo_job_store_up") == {("nilo_job_store_up", ()): 1.0}
     assert of(samples, "nilo_job_pushed") == {("nilo_job_pushed_total", mail()): 4.0}
@@ -313,3 +314,25 @@ async def test_a_sync_runs_own_span_is_a_child_of_the_run_span(t: int) -> None:
     assert inside.parent is not None
     assert run.context is not None
     assert inside.parent.span_id == run.context.span_id
+
+
+async def test_queue_latency_and_a_paused_kind_are_gauges_of_the_table(
+    measured: tuple[job.Jobs, Metrics],
+) -> None:
+    jobs, metrics = measured
+    _status, _type, samples = await scrape(metrics)
+    assert of(samples, "nilo_job_oldest_due") == {("nilo_job_oldest_due_seconds", mail()): 0.0}
+    assert of(samples, "nilo_job_paused") == {("nilo_job_paused", mail()): 0.0}
+    # A row due 90 s ago that nobody claimed (the kind is paused): 90 s of latency.
+    await jobs.push(Mail(to="waiting"), at=job.now_us() - 90 * S)
+    assert await jobs.pause("mail") is True
+    _status, _type, samples = await scrape(metrics)
+    waited = samples[("nilo_job_oldest_due_seconds", mail())]
+    assert 90.0 <= waited < 100.0
+    assert of(samples, "nilo_job_paused") == {("nilo_job_paused", mail()): 1.0}
+    assert await jobs.drain() == 0  # paused: nothing runs
+    assert await jobs.resume("mail") is True
+    assert await jobs.drain() == 1
+    _status, _type, samples = await scrape(metrics)
+    assert of(samples, "nilo_job_oldest_due") == {("nilo_job_oldest_due_seconds", mail()): 0.0}
+    assert of(samples, "nilo_job_paused") == {("nilo_job_paused", mail()): 0.0}

@@ -441,7 +441,7 @@ def test_a_claim_on_a_million_dead_rows_reads_only_the_due_and_lease_indexes(
             "SELECT 'welcome', '{\"user_id\": 1}', 'queued', g FROM generate_series(1, 100) AS g"
         )
         conn.execute("ANALYZE nilo_jobs")
-        params = {"now": 50, "lease_until": 1_000, "limit": 4, "kinds": ["welcome"]}
+        params = {"now": 50, "lease_until": 1_000, "limit": 4, "kinds": ["welcome"], "worker": "w"}
         plan = "\n".join(
             row[0]
             for row in conn.execute(

@@ -34,13 +34,13 @@ def test_the_first_sample_delivers_the_welcome_and_keeps_tomorrows_reminder(
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "Welcome -> a@b.c",
-        "Stats(queued=1, running=0, dead=0)",
+        "Stats(queued=1, running=0, dead=0, done=1)",
     ]
     again = run(["app.py"], tmp_path)  # again, on the same file: a second user, and its own
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [
         "Welcome -> a@b.c",
-        "Stats(queued=2, running=0, dead=0)",  # both users' reminders, tomorrow
+        "Stats(queued=2, running=0, dead=0, done=2)",  # both reminders, and both welcomes done
     ]
 
 

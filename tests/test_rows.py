@@ -23,17 +23,23 @@ async def test_rows_and_counts_by_state_and_kind(store: Store, t: int) -> None:
         RowView(second, "a", "queued", P, t + 10, 0, "k", None, None, None)
     ]
     assert await store.rows("running", 10) == [
-        RowView(third, "b", "running", P, t + 30, 1, None, t + 1_000, None, None)
+        RowView(third, "b", "running", P, t + 30, 1, None, t + 1_000, None, None, started_at=t + 30)
     ]
     assert await store.counts() == {("a", "queued"): 2, ("b", "running"): 1}
     assert await store.finish([Died(third, 1, t + 40, "Boom", "it broke")]) == [True]
-    (second_claim,) = await store.claim(["a"], t + 10, t + 1_000, 1)
+    (second_claim,) = await store.claim(["a"], t + 10, t + 1_000, 1, "host:7")
     assert await store.finish([Died(second, 1, t + 50, "Nope", "")]) == [True]
     assert second_claim.id == second
     assert await store.rows("dead", 10) == [
-        RowView(second, "a", "dead", P, t + 10, 1, None, None, "Nope", t + 50, "", ""),
-        RowView(third, "b", "dead", P, t + 30, 1, None, None, "Boom", t + 40, "it broke", ""),
-    ]
+        RowView(
+            second, "a", "dead", P, t + 10, 1, None, None, "Nope", t + 50, "", "",
+            started_at=t + 10, worker="host:7",
+        ),
+        RowView(
+            third, "b", "dead", P, t + 30, 1, None, None, "Boom", t + 40, "it broke", "",
+            started_at=t + 30,
+        ),
+    ]  # fmt: skip
     assert await store.counts() == {("a", "queued"): 1, ("a", "dead"): 1, ("b", "dead"): 1}
 
 
@@ -42,8 +48,8 @@ async def test_rows_of_an_unknown_state_is_refused(store: Store) -> None:
 
     import nilo_job as job
 
-    with pytest.raises(job.Refusal, match="'queued', 'running' or 'dead'"):
-        await store.rows("done", 10)
+    with pytest.raises(job.Refusal, match="'queued', 'running', 'dead' or 'done'"):
+        await store.rows("finished", 10)
 
 
 async def test_holding_finds_the_row_of_each_kind_that_holds_a_key(store: Store, t: int) -> None:

@@ -24,7 +24,7 @@ async def test_the_claim_reads_the_due_and_lease_indexes_not_the_kind(tmp_path: 
             ((n,) for n in range(5_000)),
         )
         conn.execute("ANALYZE")
-        params = {"now": 10, "lease_until": 1_000, "limit": 4, "kinds": '["a"]'}
+        params = {"now": 10, "lease_until": 1_000, "limit": 4, "kinds": '["a"]', "worker": "w"}
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL["claim"], params)]
     assert "SEARCH nilo_jobs USING INDEX nilo_jobs_due (run_at<?)" in plan, plan
     assert "SEARCH nilo_jobs USING INDEX nilo_jobs_lease (lease_until<?)" in plan, plan

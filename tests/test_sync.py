@@ -68,3 +68,27 @@ async def test_sync_inside_an_event_loop_is_refused_with_the_async_form() -> Non
     jobs = job.Jobs(kinds=[Note], store=job.Memory())
     with pytest.raises(job.Refusal, match=r"await jobs.push"):
         jobs.sync.stats()
+
+
+def test_the_operator_calls_block_too(tmp_path: Path) -> None:
+    table = job.Table(f"sqlite:///{tmp_path}/ops.db")
+    jobs = job.Jobs(kinds=[Note], store=table)
+    with sqlite3.connect(tmp_path / "ops.db") as conn:
+        conn.executescript(table.ddl)  # type: ignore[attr-defined]
+    try:
+        jobs.sync.push(Note(1))
+        assert jobs.sync.pause("note") is True
+        assert jobs.sync.paused().keys() == {"note"}
+        assert jobs.sync.drain() == 0
+        assert jobs.sync.resume("note") is True
+        assert jobs.sync.drain() == 1
+        (row,) = jobs.sync.find(job.Where(state="done")).rows
+        done = jobs.sync.count(job.Where(state="done"))
+        assert (row.kind, row.state, done) == ("note", "done", 1)
+        assert jobs.sync.row(row.id) == row
+        assert jobs.sync.delete_many([row.id]) == 1
+        assert jobs.sync.retry_many(job.Where(state="dead")) == 0
+        assert jobs.sync.cancel_many(job.Where(state="queued")) == 0
+        assert [flow.kind for flow in jobs.sync.flow(minutes=5)] == ["note"]
+    finally:
+        jobs.sync.close()

@@ -1,8 +1,10 @@
-"""A table made by an earlier nilo-job (version 1, before versions were recorded) keeps every row
-through `create_missing()` / `nilo-job migrate`, in place, while workers of that version run.
+"""A table made by an earlier nilo-job (version 1, before versions were recorded, and version 2)
+keeps every row through `create_missing()` / `nilo-job migrate`, in place, while workers of that
+version run.
 
-The version 1 table and its statements are the ones nilo-job shipped then (`tests/schema_v1/`),
-so "an old worker" here runs the old statements for real against the upgraded table.
+The older tables and their statements are the ones nilo-job shipped then (`tests/schema_v1/`,
+`tests/schema_v2/`), so "an old worker" here runs the old statements for real against the
+upgraded table.
 """
 
 from __future__ import annotations
@@ -28,19 +30,19 @@ T = 1_700_000_000_000_000
 LEASE = 61_000_000
 
 
-def v1(store: str) -> dict[str, str]:
-    """The named statements of version 1 of a store."""
-    text = (HERE / "schema_v1" / f"{store}.sql").read_text()
+def statements(store: str, version: int) -> dict[str, str]:
+    """The named statements of an older version of a store."""
+    text = (HERE / f"schema_v{version}" / f"{store}.sql").read_text()
     parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.MULTILINE)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 class Db:
-    """The database under a version 1 table, through the driver (as an old worker sees it)."""
+    """The database under an older table, through the driver (as an old worker sees it)."""
 
-    def __init__(self, kind: str, url: str, path: Path | None) -> None:
-        self.kind, self.url, self.path = kind, url, path
-        self.sql = v1(kind)
+    def __init__(self, kind: str, url: str, path: Path | None, version: int) -> None:
+        self.kind, self.url, self.path, self.version = kind, url, path, version
+        self.sql = statements(kind, version)
 
     def connect(self) -> Any:
         if self.kind == "sqlite":
@@ -85,20 +87,26 @@ class Mail:
 ran: list[tuple[str, int]] = []
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(
+    params=[("sqlite", 1), ("sqlite", 2), ("postgres", 1), ("postgres", 2)],
+    ids=["sqlite-v1", "sqlite-v2", "postgres-v1", "postgres-v2"],
+)
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
-    """A version 1 table holding a row in every state."""
-    if request.param == "sqlite":
-        path = tmp_path / "v1.db"
-        found = Db("sqlite", f"sqlite:///{path}", path)
+    """An older table holding a row in every state."""
+    store, version = request.param
+    if store == "sqlite":
+        path = tmp_path / f"v{version}.db"
+        found = Db("sqlite", f"sqlite:///{path}", path, version)
     else:
         url: str = request.getfixturevalue("pg_url")
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DROP TABLE nilo_jobs")
-            conn.execute("DROP TABLE IF EXISTS nilo_jobs_version")
-        found = Db("postgres", url, None)
+            for table in ("nilo_jobs", "nilo_jobs_version", "nilo_jobs_done", "nilo_jobs_paused"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+        found = Db("postgres", url, None, version)
     with found.connect() as conn:
         found.script(conn, "create")
+        if version == 2:
+            conn.execute(found.sql["set_version"], (2, 1))
         columns = "kind, payload, state, run_at, lease_until, attempts, unique_key, error, detail"
         mark = "?" if found.kind == "sqlite" else "%s"
         insert = f"INSERT INTO nilo_jobs ({columns}, died_at) VALUES ({', '.join([mark] * 10)})"
@@ -119,14 +127,15 @@ def open_table(db: Db) -> job.Table:
     return job.Table(db.url)
 
 
-async def test_a_version_1_table_is_refused_with_the_command_that_upgrades_it(db: Db) -> None:
+async def test_an_older_table_is_refused_with_the_command_that_upgrades_it(db: Db) -> None:
     table = open_table(db)
     jobs = job.Jobs(kinds=[Mail], store=table)
     try:
         with pytest.raises(job.StoreUnavailable) as refused:
             await table.check()
         message = str(refused.value)
-        assert "is at version 1, from an older nilo-job, and this one needs version 2" in message
+        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 3"
+        assert said in message
         target = db.url if db.kind == "sqlite" else db.url.removeprefix("postgresql://postgres@")
         assert "run `nilo-job migrate " in message
         assert target.split("/")[-1] in message
@@ -177,7 +186,7 @@ def test_migrate_upgrades_and_says_so_and_again_changes_nothing(db: Db) -> None:
         assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(2, 1)]
+        assert [tuple(r) for r in recorded] == [(3, 1)]
 
 
 async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> None:
@@ -191,10 +200,10 @@ async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> Non
     assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(2, 1)]
+        assert [tuple(r) for r in recorded] == [(3, 1)]
 
 
-async def test_workers_of_version_1_keep_working_on_the_upgraded_table(db: Db) -> None:
+async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db: Db) -> None:
     table = open_table(db)
     await table.create_missing()
     await table.close()
@@ -219,12 +228,26 @@ async def test_workers_of_version_1_keep_working_on_the_upgraded_table(db: Db) -
         claimed = claim()
         assert [row[0] for row in claimed] == [1]  # the due row first, by run_at then id
         died = db.sql["died"]
-        conn.execute(died, (T + 2, "Boom", "old worker", claimed[0][0], claimed[0][3]))
+        trace = (None,) if db.version == 1 else ("Traceback ...",)
+        if db.version == 1:
+            conn.execute(died, (T + 2, "Boom", "old worker", claimed[0][0], claimed[0][3]))
+        else:
+            conn.execute(died, (T + 2, "Boom", "old worker", *trace, *claimed[0][:4:3]))
         row = conn.execute(
             f"SELECT state, error, detail, traceback FROM nilo_jobs WHERE id = {mark}",
             (claimed[0][0],),
         ).fetchone()
-        assert tuple(row) == ("dead", "Boom", "old worker", None)
+        assert tuple(row) == ("dead", "Boom", "old worker", *trace)
+        # The new version reads the old worker's rows, and its own columns are empty there.
+        table = open_table(db)
+        try:
+            found = await job.Jobs(kinds=[Mail], store=table).row(claimed[0][0])
+        finally:
+            await table.close()
+        assert found is not None
+        assert (found.state, found.error, found.pushed_at, found.worker) == (
+            "dead", "Boom", None, None
+        )  # fmt: skip
 
 
 async def test_the_upgrade_under_load_loses_nothing(db: Db) -> None:

@@ -13,18 +13,22 @@ table while a deploy rolls (or after it is rolled back). `check()` (at the start
     version 1   the first table (id, kind, payload, state, run_at, lease_until, attempts,
                 unique_key, error, detail, died_at)
     version 2   + traceback: the last failure's traceback
+    version 3   + pushed_at, started_at, worker: when a row was pushed, when its last attempt
+                started and which process ("host:pid") claimed it; + the tables
+                nilo_jobs_done (done rows kept as history) and nilo_jobs_paused (paused kinds)
 """
 
 from __future__ import annotations
 
 from .._errors import StoreUnavailable
 
-VERSION = 2
+VERSION = 3
 """The version of the table this nilo-job writes."""
 
 COMPATIBLE_FROM = 1
 """The oldest version whose nilo-job still works on a table of this version: every step so far
-only adds nullable columns, which an older nilo-job neither reads nor needs."""
+only adds nullable columns and tables of their own, which an older nilo-job neither reads nor
+needs."""
 
 Recorded = tuple[int, int] | None
 """What `nilo_jobs_version` says: (version, compatible_from), or None when there is no record."""
@@ -33,10 +37,10 @@ COLUMNS_1 = frozenset(
     {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
      "detail", "died_at"}
 )  # fmt: skip
-COLUMNS = COLUMNS_1 | {"traceback"}
+COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker"}
 """The columns this version reads and writes."""
 
-STEPS = {2: "upgrade_to_2"}
+STEPS = {2: "upgrade_to_2", 3: "upgrade_to_3"}
 """The statement that brings a table to each version from the one before."""
 
 
@@ -47,6 +51,8 @@ def version_of(columns: set[str], recorded: Recorded) -> int:
         return recorded[0]
     if not columns:
         return 0
+    if "pushed_at" in columns:
+        return 3
     return 2 if "traceback" in columns else 1
 
 

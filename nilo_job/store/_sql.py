@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from importlib import resources
 from typing import Any
 
-from .contract import Claimed, DeadRow, Died, Done, End, Released, Retrying, RowView, check_state
+from .contract import (
+    NEWEST_FIRST,
+    Claimed,
+    DeadRow,
+    Died,
+    Done,
+    End,
+    Released,
+    Retrying,
+    RowView,
+    Where,
+    check_state,
+)
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -45,13 +58,72 @@ def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
     raise TypeError(f"not an end: {end!r}")
 
 
-def rows_statement(state: str) -> str:
-    """The name of the statement that lists rows in `state`.
+def keep_params(end: Done) -> tuple[object, ...]:
+    """The parameters of the `keep` statement, which copies a done row into the history:
+    started_at, finished_at, result, id, attempts."""
+    result = None if end.result is None else end.result.decode()
+    return (end.started_at, end.finished_at, result, end.id, end.attempts)
+
+
+_LIVE_COLUMNS = (
+    "id, kind, state, {payload}, run_at, attempts, unique_key, lease_until, error, died_at, "
+    "detail, traceback, pushed_at, started_at, NULL, worker, NULL"
+)
+_DONE_COLUMNS = (
+    "id, kind, 'done', {payload}, run_at, attempts, unique_key, NULL, error, NULL, detail, NULL, "
+    "pushed_at, started_at, finished_at, worker, result"
+)
+_ORDER = {"queued": "run_at", "running": "run_at", "dead": "died_at", "done": "finished_at"}
+
+
+def find_statement(
+    where: Where, after: tuple[int, int] | None, limit: int, *, postgres: bool
+) -> tuple[str, list[object]]:
+    """The SELECT of a keyset page of `where`'s rows (see `Store.find`), and its parameters.
+
+    Only the filters that are set go in, and the page's start as a row comparison on the
+    state's sort columns, so that each state's index both filters and orders: the page after
+    50,000 rows is a seek, not a scan.
 
     Raises:
-        Refusal: `state` is not one a row can be in.
+        Refusal: `where` names no state, or one a row cannot be in.
     """
-    return f"rows_{check_state(state)}"
+    state = check_state(where.state or "")
+    mark = "%s" if postgres else "?"
+    payload = "payload::text" if postgres else "payload"
+    order = _ORDER[state]
+    if state == "done":
+        sql = f"SELECT {_DONE_COLUMNS.format(payload=payload)} FROM nilo_jobs_done WHERE TRUE"
+        params: list[object] = []
+    else:
+        sql = f"SELECT {_LIVE_COLUMNS.format(payload=payload)} FROM nilo_jobs WHERE state = {mark}"
+        params = [state]
+    for column, value in (("kind", where.kind), ("error", where.error), ("unique_key", where.key)):
+        if value is not None:
+            sql += f" AND {column} = {mark}"
+            params.append(value)
+    if where.ids is not None:
+        if postgres:
+            sql += " AND id = ANY(%s)"
+            params.append(list(where.ids))
+        else:
+            sql += " AND id IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(list(where.ids)))
+    newest_first = state in NEWEST_FIRST
+    if after is not None:
+        sql += f" AND ({order}, id) {'<' if newest_first else '>'} ({mark}, {mark})"
+        params.extend(after)
+    direction = " DESC" if newest_first else ""
+    sql += f" ORDER BY {order}{direction}, id{direction} LIMIT {mark}"
+    params.append(limit)
+    return sql, params
+
+
+def count_statement(where: Where, *, postgres: bool) -> tuple[str, list[object]]:
+    """The SELECT count(*) of `where`'s rows, and its parameters (as for `find_statement`)."""
+    sql, params = find_statement(where, None, 0, postgres=postgres)
+    body = sql.split(" FROM ", 1)[1].rsplit(" ORDER BY ", 1)[0]
+    return f"SELECT count(*) FROM {body}", params[:-1]
 
 
 def row_view(r: Any) -> RowView:
@@ -77,6 +149,11 @@ def row_view(r: Any) -> RowView:
         detail=_text(r[10], "detail", problems),
         traceback=_text(r[11], "traceback", problems),
         unreadable="; ".join(problems) or None,
+        pushed_at=_number(r[12], "pushed_at", problems),
+        started_at=_number(r[13], "started_at", problems),
+        finished_at=_number(r[14], "finished_at", problems),
+        worker=_text(r[15], "worker", problems),
+        result=None if r[16] is None else _result_bytes(r[16], problems),
     )
 
 
@@ -123,6 +200,13 @@ def _payload_bytes(value: object, problems: list[str]) -> bytes:
         return value
     problems.append(f"its payload is stored as {type(value).__name__}, not text")
     return str(value).encode()
+
+
+def _result_bytes(value: object, problems: list[str]) -> bytes | None:
+    if isinstance(value, str) and _utf8(value):
+        return value.encode()
+    problems.append("its result is not UTF-8 text")
+    return None
 
 
 def _utf8(value: str) -> bool:

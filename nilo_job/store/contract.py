@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._values import Stats
+from .._views import Where
 
 __all__ = [
     "INT64_MAX",
@@ -32,6 +33,7 @@ __all__ = [
     "Retrying",
     "RowView",
     "Store",
+    "Where",
     "check_state",
 ]
 
@@ -48,8 +50,9 @@ class NewRow:
     that key; the store's unique index over ``(kind, unique_key)`` gives the verdict.
 
     A row with `lease_until` (µs) is inserted already claimed: `running`, its first attempt
-    counted (`attempts` 1), leased until then. The queue does this for a push that an idle worker
-    of the pushing process will run at once, saving that worker's claim.
+    counted (`attempts` 1), leased until then, started at `pushed_at` by `worker`. The queue does
+    this for a push that an idle worker of the pushing process will run at once, saving that
+    worker's claim. `pushed_at` (µs) is when the push happened (None: not known).
     """
 
     kind: str
@@ -57,6 +60,8 @@ class NewRow:
     run_at: int
     unique_key: str | None = None
     lease_until: int | None = None
+    pushed_at: int | None = None
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +88,19 @@ class Done:
 
     `then` (every end has it) is a row inserted in the same transaction when the end applies:
     a schedule's next tick, handed on atomically with the end of the one before.
+
+    With `finished_at` (µs) the row is kept as history (state `done`, its unique key released
+    all the same) until `prune` deletes it, with `started_at` (µs, when the run began) and the
+    JSON bytes of what the run returned (`result`, None when it returned nothing JSON carries).
+    Without it the row is deleted.
     """
 
     id: int
     attempts: int
     then: NewRow | None = None
+    finished_at: int | None = None
+    started_at: int | None = None
+    result: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +170,13 @@ class DeadRow:
 
 @dataclass(frozen=True, slots=True)
 class RowView:
-    """A row as an operator sees it (the dashboard, `nilo-job` commands): every column."""
+    """A row as an operator sees it (the dashboard, `nilo-job` commands): every column.
+
+    Times are µs since the epoch: `pushed_at` (None for a row pushed by an older version),
+    `run_at` (due), `started_at` (the last attempt's claim, or its run's start once done),
+    `finished_at` (done rows), `died_at` (dead rows). `worker` is "host:pid" of the process
+    that claimed the last attempt; `result` the JSON bytes a done row's run returned.
+    """
 
     id: int
     kind: str
@@ -174,10 +193,27 @@ class RowView:
     unreadable: str | None = None
     """Why the row could not be read as nilo-job writes it (a column of the wrong type, a
     payload that is not text); None for a row that reads as it should."""
+    pushed_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    worker: str | None = None
+    result: bytes | None = None
+
+    def sort_key(self) -> tuple[int, int]:
+        """(value, id) of this row in its state's order: what a keyset page continues after."""
+        if self.state == "dead":
+            return (self.died_at or 0, self.id)
+        if self.state == "done":
+            return (self.finished_at or 0, self.id)
+        return (self.run_at, self.id)
 
 
-ROW_STATES = ("queued", "running", "dead")
-"""The states a stored row can be in (a done row is deleted)."""
+ROW_STATES = ("queued", "running", "dead", "done")
+"""The states a stored row can be in; `done` rows are kept only for the queue's retention."""
+
+NEWEST_FIRST = frozenset({"dead", "done"})
+"""The states listed newest first (by `died_at` or `finished_at`, then id, descending); queued
+and running rows are listed by `run_at`, then id, ascending."""
 
 
 def check_state(state: str) -> str:
@@ -189,7 +225,7 @@ def check_state(state: str) -> str:
     if state not in ROW_STATES:
         from .._errors import Refusal
 
-        raise Refusal(f"rows(state={state!r}): a row is 'queued', 'running' or 'dead'")
+        raise Refusal(f"state={state!r}: a row is 'queued', 'running', 'dead' or 'done'")
     return state
 
 
@@ -250,11 +286,17 @@ class Store(Protocol):
         """
 
     async def claim(
-        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None = None,
     ) -> list[Claimed]:
         """Take up to `limit` rows of `kinds`, in `run_at` order: queued rows due at `now_us`, and
         running rows whose lease ran out by `now_us`. Each becomes `running` until
-        `lease_until_us` with `attempts` one higher. Rows of other kinds are never touched."""
+        `lease_until_us` with `attempts` one higher, started at `now_us` by `worker` ("host:pid").
+        Rows of other kinds are never touched."""
 
     async def finish(self, ends: Sequence[End]) -> list[bool]:
         """Apply each end to its row, if the row is still `running` under that claim's `attempts`.
@@ -271,14 +313,13 @@ class Store(Protocol):
         """Delete the row if it is `queued` (including a retry's wait); True if it was."""
 
     async def stats(self) -> Stats:
-        """Count the rows by state."""
+        """Count the rows by state (`done` too: the rows kept as history)."""
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         """The dead rows, newest first (by `died_at`, then id), at most `limit`."""
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        """At most `limit` rows in `state` ("queued", "running" or "dead"): queued and running
-        ones by `run_at` then id, dead ones newest first (by `died_at`, then id)."""
+        """At most `limit` rows in `state`, in its order (`NEWEST_FIRST`)."""
 
     async def counts(self) -> dict[tuple[str, str], int]:
         """How many rows there are of each (kind, state) that has any."""
@@ -290,3 +331,52 @@ class Store(Protocol):
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         """Queue a dead row again, due at `now_us`, from attempt one with no error; True if it was
         dead."""
+
+    # ------------------------------------------------------------------ the operator's calls
+
+    async def row(self, row_id: int) -> RowView | None:
+        """The row with id `row_id` in whichever state it is (a done row from the history), or
+        None when there is none."""
+
+    async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
+        """At most `limit` rows that match `where` (its `state` is set), in that state's order
+        (`NEWEST_FIRST`), starting after the row whose `sort_key()` is `after` (None: from the
+        first): a keyset page, as cheap deep in the table as at its start."""
+
+    async def count(self, where: Where) -> int:
+        """How many rows match `where` (its `state` is set)."""
+
+    async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
+        """`retry_dead` for each of `ids` in one transaction; the ids that were dead."""
+
+    async def cancel_many(self, ids: Sequence[int]) -> list[int]:
+        """`cancel` for each of `ids` in one transaction; the ids that were queued."""
+
+    async def delete_many(self, ids: Sequence[int]) -> list[int]:
+        """Delete the dead and done rows among `ids` in one transaction; the ids deleted (a
+        queued or running row is never deleted here: cancel takes back a queued one)."""
+
+    async def prune(self, before_us: int, limit: int) -> int:
+        """Delete at most `limit` done rows finished before `before_us`, oldest first; how
+        many went."""
+
+    async def pause(self, kind: str, at_us: int) -> bool:
+        """Record that `kind` is paused since `at_us`; False when it already was."""
+
+    async def resume(self, kind: str) -> bool:
+        """Forget that `kind` is paused; False when it was not."""
+
+    async def paused(self) -> dict[str, int]:
+        """The paused kinds, each with when it was paused (µs)."""
+
+    async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
+        """Rows that ended since `since_us`, counted by (kind, "done" or "dead", minute): each
+        answer is (kind, state, minute, count), the minute as µs since the epoch at its start
+        (a multiple of 60,000,000). Done rows count only while they are kept."""
+
+    async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
+        """How long (µs) the runs of the last `limit` done rows of `kind` that finished since
+        `since_us` took, newest first."""
+
+    async def oldest_due(self, now_us: int) -> dict[str, int]:
+        """For each kind with queued rows due by `now_us`, the `run_at` of its oldest one."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .._errors import PayloadTooLarge, QueueFull, Refusal
 from .._values import Stats
 from .contract import (
+    NEWEST_FIRST,
     Claimed,
     DeadRow,
     Died,
@@ -24,8 +25,11 @@ from .contract import (
     Released,
     Retrying,
     RowView,
+    Where,
     check_state,
 )
+
+_HISTORY_MOST = 10_000  # the most done rows a Memory keeps (the oldest go first)
 
 
 @dataclass(slots=True)
@@ -42,10 +46,18 @@ class _Row:
     detail: str | None = None
     traceback: str | None = None
     died_at: int | None = None
+    pushed_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    worker: str | None = None
+    result: bytes | None = None
 
 
 class Memory:
     """Rows in a dict of this process, bounded by `bytes` of payload.
+
+    Done rows kept as history (the queue's `retention_ms`) do not count against `bytes`: it
+    keeps the newest 10,000 of them, and the oldest go first.
 
     Args:
         bytes: the most payload bytes the queue holds at once (queued, running and dead rows).
@@ -70,6 +82,8 @@ class Memory:
         self._used = 0
         self._last_id = 0
         self._lock = threading.Lock()
+        self._history: dict[int, _Row] = {}  # done rows, in the order they finished
+        self._paused: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"job.Memory(bytes={self.capacity}, max_payload={self.max_payload})"
@@ -117,7 +131,13 @@ class Memory:
             return None
         self._last_id += 1
         stored = _Row(
-            self._last_id, row.kind, row.payload, "queued", row.run_at, unique_key=row.unique_key
+            self._last_id,
+            row.kind,
+            row.payload,
+            "queued",
+            row.run_at,
+            unique_key=row.unique_key,
+            pushed_at=row.pushed_at,
         )
         self._rows[self._last_id] = stored
         if row.unique_key is not None:
@@ -127,6 +147,7 @@ class Memory:
             heapq.heappush(self._due, (row.run_at, self._last_id))
         else:  # claimed by its pusher
             stored.state, stored.attempts, stored.lease_until = "running", 1, row.lease_until
+            stored.started_at, stored.worker = row.pushed_at, row.worker
             heapq.heappush(self._leases, (row.lease_until, self._last_id))
         return self._last_id
 
@@ -137,7 +158,12 @@ class Memory:
         )
 
     async def claim(
-        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None = None,
     ) -> list[Claimed]:
         wanted = set(kinds)
         with self._lock:
@@ -151,6 +177,7 @@ class Memory:
                 row.state = "running"
                 row.lease_until = lease_until_us
                 row.attempts += 1
+                row.started_at, row.worker = now_us, worker
                 heapq.heappush(self._leases, (lease_until_us, row.id))
             return [
                 Claimed(row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key)
@@ -210,7 +237,11 @@ class Memory:
                     answers.append(False)
                     continue
                 if isinstance(end, Done):
-                    self._drop(row)
+                    key = row.unique_key
+                    self._drop(row)  # the key is released at once
+                    if end.finished_at is not None:
+                        row.unique_key = key  # kept in the history, holding nothing
+                        self._keep(row, end)
                 elif isinstance(end, Retrying):
                     row.state, row.run_at = "queued", end.run_at
                     row.error, row.detail, row.traceback = end.error, end.detail, end.traceback
@@ -230,6 +261,16 @@ class Memory:
                     self._insert(end.then)
                 answers.append(True)
         return answers
+
+    def _keep(self, row: _Row, end: Done) -> None:
+        """Keep a done row as history; the caller holds the lock."""
+        row.state, row.finished_at, row.result = "done", end.finished_at, end.result
+        row.lease_until = 0
+        if end.started_at is not None:
+            row.started_at = end.started_at
+        self._history[row.id] = row
+        while len(self._history) > _HISTORY_MOST:
+            del self._history[next(iter(self._history))]
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         with self._lock:
@@ -255,7 +296,8 @@ class Memory:
         with self._lock:
             for row in self._rows.values():
                 counts[row.state] += 1
-        return Stats(counts["queued"], counts["running"], counts["dead"])
+            done = len(self._history)
+        return Stats(counts["queued"], counts["running"], counts["dead"], done)
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         with self._lock:
@@ -276,14 +318,115 @@ class Memory:
         ]
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        check_state(state)
+        return await self.find(Where(state=check_state(state)), None, limit)
+
+    async def row(self, row_id: int) -> RowView | None:
         with self._lock:
-            found = [row for row in self._rows.values() if row.state == state]
-        if state == "dead":
-            found.sort(key=lambda row: (row.died_at or 0, row.id), reverse=True)
-        else:
-            found.sort(key=lambda row: (row.run_at, row.id))
-        return [_view(row) for row in found[:limit]]
+            found = self._rows.get(row_id) or self._history.get(row_id)
+            return None if found is None else _view(found)
+
+    def _matching(self, where: Where) -> list[_Row]:
+        """The rows that match `where`, in its state's order; the caller holds the lock."""
+        state = check_state(where.state or "")
+        pool = self._history.values() if state == "done" else self._rows.values()
+        found = [
+            row
+            for row in pool
+            if where.matches(row.state, row.kind, row.error, row.unique_key, row.id)
+        ]
+        found.sort(key=lambda row: _view(row).sort_key(), reverse=state in NEWEST_FIRST)
+        return found
+
+    async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
+        newest_first = check_state(where.state or "") in NEWEST_FIRST
+        with self._lock:
+            views = [_view(row) for row in self._matching(where)]
+        if after is not None:
+            views = [
+                view
+                for view in views
+                if (view.sort_key() < after if newest_first else view.sort_key() > after)
+            ]
+        return views[:limit]
+
+    async def count(self, where: Where) -> int:
+        with self._lock:
+            return len(self._matching(where))
+
+    async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
+        return [row_id for row_id in ids if await self.retry_dead(row_id, now_us)]
+
+    async def cancel_many(self, ids: Sequence[int]) -> list[int]:
+        return [row_id for row_id in ids if await self.cancel(row_id)]
+
+    async def delete_many(self, ids: Sequence[int]) -> list[int]:
+        gone = []
+        with self._lock:
+            for row_id in ids:
+                if self._history.pop(row_id, None) is not None:
+                    gone.append(row_id)
+                elif (row := self._rows.get(row_id)) is not None and row.state == "dead":
+                    self._drop(row)
+                    gone.append(row_id)
+        return gone
+
+    async def prune(self, before_us: int, limit: int) -> int:
+        with self._lock:
+            old = sorted(
+                (row.finished_at or 0, row.id)
+                for row in self._history.values()
+                if (row.finished_at or 0) < before_us
+            )[:limit]
+            for _at, row_id in old:
+                del self._history[row_id]
+        return len(old)
+
+    async def pause(self, kind: str, at_us: int) -> bool:
+        with self._lock:
+            if kind in self._paused:
+                return False
+            self._paused[kind] = at_us
+            return True
+
+    async def resume(self, kind: str) -> bool:
+        with self._lock:
+            return self._paused.pop(kind, None) is not None
+
+    async def paused(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._paused)
+
+    async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
+        counts: dict[tuple[str, str, int], int] = {}
+        with self._lock:
+            for row in (*self._history.values(), *self._rows.values()):
+                at = row.finished_at if row.state == "done" else row.died_at
+                if row.state in ("done", "dead") and at is not None and at >= since_us:
+                    key = (row.kind, row.state, at - at % 60_000_000)
+                    counts[key] = counts.get(key, 0) + 1
+        return [(kind, state, minute, n) for (kind, state, minute), n in sorted(counts.items())]
+
+    async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
+        with self._lock:
+            done = [
+                row
+                for row in self._history.values()
+                if row.kind == kind and (row.finished_at or 0) >= since_us
+            ]
+        done.sort(key=lambda row: (row.finished_at or 0, row.id), reverse=True)
+        return [
+            (row.finished_at or 0) - (row.started_at or 0)
+            for row in done[:limit]
+            if row.started_at is not None
+        ]
+
+    async def oldest_due(self, now_us: int) -> dict[str, int]:
+        oldest: dict[str, int] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row.state == "queued" and row.run_at <= now_us:
+                    oldest[row.kind] = min(oldest.get(row.kind, row.run_at), row.run_at)
+        return oldest
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
         with self._lock:
@@ -296,7 +439,7 @@ class Memory:
     async def counts(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
         with self._lock:
-            for row in self._rows.values():
+            for row in (*self._rows.values(), *self._history.values()):
                 counts[(row.kind, row.state)] = counts.get((row.kind, row.state), 0) + 1
         return counts
 
@@ -315,5 +458,6 @@ def _view(row: _Row) -> RowView:
     lease = row.lease_until if row.state == "running" else None
     return RowView(
         row.id, row.kind, row.state, row.payload, row.run_at, row.attempts, row.unique_key,
-        lease, row.error, row.died_at, row.detail, row.traceback,
+        lease, row.error, row.died_at, row.detail, row.traceback, None, row.pushed_at,
+        row.started_at, row.finished_at, row.worker, row.result,
     )  # fmt: skip

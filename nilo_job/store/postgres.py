@@ -25,8 +25,15 @@ from .._values import Stats
 from . import _pg_schema, _schema, _sql
 from ._pg_connections import Connections, where
 from ._pg_listen import listen
-from ._sql import dead_row, end_statement, row_view, rows_statement, unwrap_django
-from .contract import Claimed, DeadRow, Done, End, NewRow, RowView
+from ._sql import (
+    count_statement,
+    dead_row,
+    end_statement,
+    find_statement,
+    row_view,
+    unwrap_django,
+)
+from .contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
 
 SQL = _sql.load("postgres.sql")
 
@@ -152,6 +159,8 @@ class PostgresTable:
             "payloads": [row.payload.decode() for row in rows],
             "run_ats": [row.run_at for row in rows],
             "leases": [row.lease_until for row in rows],
+            "pushed_ats": [row.pushed_at for row in rows],
+            "workers": [row.worker for row in rows],
         }
 
         async def bulk(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
@@ -178,13 +187,19 @@ class PostgresTable:
         raise Refusal(f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}")
 
     async def claim(
-        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None = None,
     ) -> list[Claimed]:
         params = {
             "now": now_us,
             "lease_until": lease_until_us,
             "limit": limit,
             "kinds": list(kinds),
+            "worker": worker,
         }
 
         async def claim(conn: psycopg.AsyncConnection[Any]) -> list[Claimed]:
@@ -210,8 +225,13 @@ class PostgresTable:
         async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
             applied = []
             for end in ends:
-                cur = await conn.execute(*_statement(end))
-                ok = cur.rowcount == 1
+                if isinstance(end, Done) and end.finished_at is not None:
+                    cur = await conn.execute(SQL["keep"], _keep_params(end))
+                    found = await cur.fetchone()
+                    ok = found is not None and found[0] == 1
+                else:
+                    cur = await conn.execute(*_statement(end))
+                    ok = cur.rowcount == 1
                 if ok and end.then is not None:
                     await _insert(conn, end.then)
                 applied.append(ok)
@@ -241,7 +261,7 @@ class PostgresTable:
 
     async def stats(self) -> Stats:
         row = await self._one(SQL["stats"])
-        return Stats(row[0], row[1], row[2])
+        return Stats(row[0], row[1], row[2], row[3])
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         async def dead(conn: psycopg.AsyncConnection[Any]) -> list[DeadRow]:
@@ -252,14 +272,73 @@ class PostgresTable:
         return rows
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        query = SQL[rows_statement(state)]
+        return await self.find(Where(state=check_state(state)), None, limit)
 
-        async def rows(conn: psycopg.AsyncConnection[Any]) -> list[RowView]:
-            cur = await conn.execute(query, (limit,))
-            return [row_view(r) for r in await cur.fetchall()]
+    async def _all(self, query: str, params: Any = None, *, transaction: bool = False) -> Any:
+        async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
 
-        found: list[RowView] = await self._connections.run(rows, transaction=False)
-        return found
+        return await self._connections.run(run, transaction=transaction)
+
+    async def row(self, row_id: int) -> RowView | None:
+        found = await self._all(SQL["row"], {"id": row_id})
+        return row_view(found[0]) if found else None
+
+    async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
+        query, params = find_statement(where, after, limit, postgres=True)
+        return [row_view(r) for r in await self._all(query, params)]
+
+    async def count(self, where: Where) -> int:
+        query, params = count_statement(where, postgres=True)
+        row = await self._one(query, params)
+        return int(row[0])
+
+    async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
+        return [r[0] for r in await self._all(SQL["retry_many"], (now_us, list(ids)))]
+
+    async def cancel_many(self, ids: Sequence[int]) -> list[int]:
+        return [r[0] for r in await self._all(SQL["cancel_many"], (list(ids),))]
+
+    async def delete_many(self, ids: Sequence[int]) -> list[int]:
+        return [r[0] for r in await self._all(SQL["delete_many"], {"ids": list(ids)})]
+
+    async def prune(self, before_us: int, limit: int) -> int:
+        async def prune(conn: psycopg.AsyncConnection[Any]) -> int:
+            cur = await conn.execute(SQL["prune"], (before_us, limit))
+            return cur.rowcount
+
+        gone: int = await self._connections.run(prune, transaction=False)
+        return gone
+
+    async def pause(self, kind: str, at_us: int) -> bool:
+        async def pause(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["pause"], (kind, at_us))
+            return cur.rowcount == 1
+
+        done: bool = await self._connections.run(pause, transaction=False)
+        return done
+
+    async def resume(self, kind: str) -> bool:
+        async def resume(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["resume"], (kind,))
+            return cur.rowcount == 1
+
+        done: bool = await self._connections.run(resume, transaction=False)
+        return done
+
+    async def paused(self) -> dict[str, int]:
+        return {kind: int(at) for kind, at in await self._all(SQL["paused"])}
+
+    async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
+        found = await self._all(SQL["ended"], {"since": since_us})
+        return [(kind, state, int(minute), int(n)) for kind, state, minute, n in found]
+
+    async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in await self._all(SQL["durations"], (kind, since_us, limit))]
+
+    async def oldest_due(self, now_us: int) -> dict[str, int]:
+        return {kind: int(at) for kind, at in await self._all(SQL["oldest_due"], (now_us,))}
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
         params = {"key": key, "kinds": list(kinds)}
@@ -301,9 +380,21 @@ def _hidden(url: str) -> str:
 
 
 async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:
-    cur = await conn.execute(
-        SQL["done_many"], ([end.id for end in ends], [end.attempts for end in ends])
-    )
+    if any(end.finished_at is not None for end in ends):
+        cur = await conn.execute(
+            SQL["keep_many"],
+            (
+                [end.id for end in ends],
+                [end.attempts for end in ends],
+                [end.started_at for end in ends],
+                [end.finished_at for end in ends],
+                [None if end.result is None else end.result.decode() for end in ends],
+            ),
+        )
+    else:
+        cur = await conn.execute(
+            SQL["done_many"], ([end.id for end in ends], [end.attempts for end in ends])
+        )
     gone = {row[0] for row in await cur.fetchall()}
     return [end.id in gone for end in ends]
 
@@ -312,9 +403,27 @@ def _insert_statement(row: NewRow) -> tuple[str, Sequence[object] | dict[str, ob
     """The INSERT for `row` and its parameters: lean ones for a row without a unique key."""
     if row.unique_key is None:
         if row.lease_until is None:
-            return SQL["push"], (row.kind, row.payload.decode(), row.run_at)
-        return SQL["push_claimed"], (row.kind, row.payload.decode(), row.run_at, row.lease_until)
+            return SQL["push"], (row.kind, row.payload.decode(), row.run_at, row.pushed_at)
+        return SQL["push_claimed"], (
+            row.kind,
+            row.payload.decode(),
+            row.run_at,
+            row.lease_until,
+            row.pushed_at,
+            row.pushed_at,
+            row.worker,
+        )
     return SQL["push_row"], _params(row)
+
+
+def _keep_params(end: Done) -> dict[str, object]:
+    return {
+        "id": end.id,
+        "attempts": end.attempts,
+        "started_at": end.started_at,
+        "finished_at": end.finished_at,
+        "result": None if end.result is None else end.result.decode(),
+    }
 
 
 def _params(row: NewRow) -> dict[str, object]:
@@ -326,6 +435,9 @@ def _params(row: NewRow) -> dict[str, object]:
         "state": "queued" if row.lease_until is None else "running",
         "attempts": 0 if row.lease_until is None else 1,
         "lease_until": row.lease_until,
+        "pushed_at": row.pushed_at,
+        "started_at": None if row.lease_until is None else row.pushed_at,
+        "worker": None if row.lease_until is None else row.worker,
     }
 
 

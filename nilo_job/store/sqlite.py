@@ -18,9 +18,18 @@ from typing import TypeVar
 from .._errors import Refusal
 from .._values import Stats
 from . import _schema, _sql
-from ._sql import claimed_row, dead_row, end_statement, row_view, rows_statement, unwrap_django
+from ._sql import (
+    claimed_row,
+    count_statement,
+    dead_row,
+    end_statement,
+    find_statement,
+    keep_params,
+    row_view,
+    unwrap_django,
+)
 from ._sqlite_connections import Connections
-from .contract import Claimed, DeadRow, End, NewRow, RowView
+from .contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
 
 T = TypeVar("T")
 
@@ -177,13 +186,19 @@ class SqliteTable:
             raise
 
     async def claim(
-        self, kinds: Sequence[str], now_us: int, lease_until_us: int, limit: int
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None = None,
     ) -> list[Claimed]:
         params = {
             "now": now_us,
             "lease_until": lease_until_us,
             "limit": limit,
             "kinds": json.dumps(list(kinds)),
+            "worker": worker,
         }
 
         def claim(conn: sqlite3.Connection) -> list[Claimed]:
@@ -197,6 +212,8 @@ class SqliteTable:
         def apply(conn: sqlite3.Connection) -> list[bool]:
             applied = []
             for end in ends:
+                if isinstance(end, Done) and end.finished_at is not None:
+                    conn.execute(SQL["keep"], keep_params(end))
                 ok = conn.execute(*_statement(end)).rowcount == 1
                 if ok and end.then is not None:
                     _insert(conn, [end.then])
@@ -223,16 +240,97 @@ class SqliteTable:
 
     async def stats(self) -> Stats:
         row = await self._db.call(lambda conn: conn.execute(SQL["stats"]).fetchone())
-        return Stats(row[0], row[1], row[2])
+        return Stats(row[0], row[1], row[2], row[3])
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         rows = await self._db.call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
         return [dead_row(r) for r in rows]
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        query = SQL[rows_statement(state)]
-        found = await self._db.call(lambda conn: conn.execute(query, (limit,)).fetchall())
+        return await self.find(Where(state=check_state(state)), None, limit)
+
+    async def row(self, row_id: int) -> RowView | None:
+        found = await self._db.call(
+            lambda conn: conn.execute(SQL["row"], {"id": row_id}).fetchone()
+        )
+        return None if found is None else row_view(found)
+
+    async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
+        query, params = find_statement(where, after, limit, postgres=False)
+        found = await self._db.call(lambda conn: conn.execute(query, params).fetchall())
         return [row_view(r) for r in found]
+
+    async def count(self, where: Where) -> int:
+        query, params = count_statement(where, postgres=False)
+        found = await self._db.call(lambda conn: conn.execute(query, params).fetchone())
+        return int(found[0])
+
+    async def _ids(self, name: str, ids: Sequence[int], *first: object) -> list[int]:
+        """Run the statement `name` over `ids` in one write transaction; the ids it returned."""
+        params = (*first, json.dumps(list(ids)))
+        return await self._db.call(
+            lambda conn: self._db.write(
+                conn, lambda c: [r[0] for r in c.execute(SQL[name], params).fetchall()]
+            )
+        )
+
+    async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
+        return await self._ids("retry_many", ids, now_us)
+
+    async def cancel_many(self, ids: Sequence[int]) -> list[int]:
+        return await self._ids("cancel_many", ids)
+
+    async def delete_many(self, ids: Sequence[int]) -> list[int]:
+        data = json.dumps(list(ids))
+
+        def delete(conn: sqlite3.Connection) -> list[int]:
+            gone = [r[0] for r in conn.execute(SQL["delete_dead"], (data,)).fetchall()]
+            return gone + [r[0] for r in conn.execute(SQL["delete_done"], (data,)).fetchall()]
+
+        return await self._db.call(lambda conn: self._db.write(conn, delete))
+
+    async def prune(self, before_us: int, limit: int) -> int:
+        def prune(conn: sqlite3.Connection) -> int:
+            return conn.execute(SQL["prune"], (before_us, limit)).rowcount
+
+        # On the workers' connection: a pruned row lost to a power cut is pruned again.
+        return await self._db.call(lambda conn: self._db.retry_busy(lambda: prune(conn)), work=True)
+
+    async def pause(self, kind: str, at_us: int) -> bool:
+        return await self._db.call(
+            lambda conn: self._db.write(
+                conn, lambda c: c.execute(SQL["pause"], (kind, at_us)).rowcount == 1
+            )
+        )
+
+    async def resume(self, kind: str) -> bool:
+        return await self._db.call(
+            lambda conn: self._db.write(
+                conn, lambda c: c.execute(SQL["resume"], (kind,)).rowcount == 1
+            )
+        )
+
+    async def paused(self) -> dict[str, int]:
+        found = await self._db.call(lambda conn: conn.execute(SQL["paused"]).fetchall())
+        return dict(found)
+
+    async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
+        found = await self._db.call(
+            lambda conn: conn.execute(SQL["ended"], {"since": since_us}).fetchall()
+        )
+        return [(kind, state, minute, n) for kind, state, minute, n in found]
+
+    async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
+        found = await self._db.call(
+            lambda conn: conn.execute(SQL["durations"], (kind, since_us, limit)).fetchall()
+        )
+        return [r[0] for r in found]
+
+    async def oldest_due(self, now_us: int) -> dict[str, int]:
+        found = await self._db.call(
+            lambda conn: conn.execute(SQL["oldest_due"], (now_us,)).fetchall()
+        )
+        return dict(found)
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
         params = {"key": key, "kinds": json.dumps(list(kinds))}
@@ -281,6 +379,9 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
                 1 if claimed else 0,
                 row.unique_key,
                 row.lease_until,
+                row.pushed_at,
+                row.pushed_at if claimed else None,
+                row.worker if claimed else None,
             ),
         ).fetchone()
         answers.append(None if found is None else found[0])
