@@ -366,3 +366,29 @@ async def test_serve_prunes_done_rows_past_the_retention_in_batches(store: Store
             assert time.monotonic() < deadline, await jobs.stats()
             await asyncio.sleep(0.02)
     assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_serve_hands_no_push_of_a_paused_kind_to_an_idle_worker(store: Store) -> None:
+    import asyncio
+
+    jobs = queue(store, poll_ms=50)
+    async with jobs.serving():
+        assert await jobs.pause("report") is True  # this process's serve stops at once
+        row_id = await jobs.push(Report(1))
+        await jobs.push(Mail("a@x"))
+        for _ in range(100):  # the mail runs; the report must not, for five polls after it
+            if await jobs.count(job.Where(state="done", kind="mail")):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.25)
+        row = await jobs.row(row_id)  # type: ignore[arg-type]
+        assert row is not None
+        assert (row.state, row.attempts) == ("queued", 0)
+        assert await jobs.resume("report") is True
+        for _ in range(250):
+            row = await jobs.row(row_id)  # type: ignore[arg-type]
+            if row is not None and row.state == "done":
+                break
+            await asyncio.sleep(0.02)
+    assert row is not None
+    assert (row.state, row.result) == ("done", 2)
