@@ -43,6 +43,11 @@ class Where:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise Refusal(f"Where({name}={value!r}) takes a str")
+            if value is not None and ("\x00" in value or not _unicode(value)):
+                raise Refusal(
+                    f"Where({name}={value[:80]!a}): no row holds a NUL or a lone surrogate, "
+                    "which no store can keep"
+                )
         if self.ids is not None:
             if isinstance(self.ids, str | bytes) or not isinstance(self.ids, Sequence):
                 raise Refusal(f"Where(ids={self.ids!r}) takes a list of row ids")
@@ -73,6 +78,14 @@ class Where:
         if self.ids is not None:
             text += f" among {len(self.ids)} ids"
         return text
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,11 +84,17 @@ async def test_stats_prints_the_counts(tmp_path: Path) -> None:
     done = nilo_job_cli("stats", "tests.kinds_ok:jobs", db=db)
     assert done.returncode == 0, done.stderr
     counts = dict(line.split() for line in done.stdout.splitlines())
-    assert counts == {"queued": "2", "running": "0", "dead": "1"}
+    assert counts == {"queued": "2", "running": "0", "dead": "1", "done": "0"}
 
     done = nilo_job_cli("stats", "tests.kinds_ok:jobs", "--json", db=db)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"queued": 2, "running": 0, "dead": 1}
+    assert json.loads(done.stdout) == {
+        "queued": 2,
+        "running": 0,
+        "dead": 1,
+        "done": 0,
+        "paused": {},
+    }
 
 
 def test_python_dash_m_nilo_job_is_the_command() -> None:

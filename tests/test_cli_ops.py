@@ -22,6 +22,10 @@ from tests.cli_ops_queue import URL_ENV, Mail, make
 
 T = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC, in microseconds
 NILO_JOB = Path(sys.executable).parent / "nilo-job"
+QUEUE_FILE = Path(__file__).parent / "cli_ops_queue.py"
+RAISE_LINE = (
+    QUEUE_FILE.read_text().splitlines().index('            raise Rejected(f"550 {self.to}")') + 1
+)
 
 DEAD_TABLE = (
     "ID  KIND      ERROR     MESSAGE            ATTEMPTS  DIED (UTC)           PAYLOAD\n"
@@ -67,9 +71,15 @@ def test_stats_dead_retry_and_cancel_over_a_database_url(url: str) -> None:
     fill(url)
 
     done = nilo_job("stats", url)
-    assert (done.exit_code, done.stdout) == (0, "queued   1\nrunning  0\ndead     2\n")
+    assert (done.exit_code, done.stdout) == (0, "queued   1\nrunning  0\ndead     2\ndone     0\n")
     done = nilo_job("stats", url, "--json")
-    assert json.loads(done.stdout) == {"queued": 1, "running": 0, "dead": 2}
+    assert json.loads(done.stdout) == {
+        "queued": 1,
+        "running": 0,
+        "dead": 2,
+        "done": 0,
+        "paused": {},
+    }
 
     done = nilo_job("dead", url)
     assert (done.exit_code, done.stdout) == (0, DEAD_TABLE)
@@ -86,7 +96,7 @@ def test_stats_dead_retry_and_cancel_over_a_database_url(url: str) -> None:
             "message": "550 b@example.com",
             "traceback": (
                 "Traceback (most recent call last):\n"
-                f'  File "{Path(__file__).parent / "cli_ops_queue.py"}", line 29, in run\n'
+                f'  File "{QUEUE_FILE}", line {RAISE_LINE}, in run\n'
                 '    raise Rejected(f"550 {self.to}")\n'
                 "tests.cli_ops_queue.Rejected: 550 b@example.com\n"
             ),
@@ -106,6 +116,8 @@ def test_stats_dead_retry_and_cancel_over_a_database_url(url: str) -> None:
         "queued": 3,
         "running": 0,
         "dead": 0,
+        "done": 0,
+        "paused": {},
     }
     assert nilo_job("dead", url).stdout == "no dead jobs\n"
     assert json.loads(nilo_job("dead", url, "--json").stdout) == []
@@ -126,6 +138,8 @@ def test_stats_dead_retry_and_cancel_over_a_database_url(url: str) -> None:
         "queued": 1,
         "running": 0,
         "dead": 0,
+        "done": 0,
+        "paused": {},
     }
 
 
@@ -134,7 +148,7 @@ def test_the_commands_through_module_attr(url: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(URL_ENV, url)
     target = "tests.cli_ops_queue:make"
 
-    assert nilo_job("stats", target).stdout == "queued   1\nrunning  0\ndead     2\n"
+    assert nilo_job("stats", target).stdout == "queued   1\nrunning  0\ndead     2\ndone     0\n"
     assert nilo_job("dead", target).stdout == DEAD_TABLE
     done = nilo_job("retry", target, "2")
     assert (done.exit_code, done.stdout) == (0, "job 2 is queued again, from its first attempt\n")
@@ -146,6 +160,8 @@ def test_the_commands_through_module_attr(url: str, monkeypatch: pytest.MonkeyPa
         "queued": 1,
         "running": 0,
         "dead": 1,
+        "done": 0,
+        "paused": {},
     }
     done = nilo_job("migrate", target)
     assert done.exit_code == 0
@@ -174,7 +190,7 @@ def test_migrate_creates_the_table_once_and_again_is_a_no_op(url: str, tmp_path:
         0,
         {"table": "nilo_jobs", "store": where, "ready": True},
     )
-    assert nilo_job("stats", url).stdout == "queued   0\nrunning  0\ndead     0\n"
+    assert nilo_job("stats", url).stdout == "queued   0\nrunning  0\ndead     0\ndone     0\n"
 
 
 def test_a_mistyped_sqlite_path_is_said_and_no_file_is_made(tmp_path: Path) -> None:
@@ -226,7 +242,7 @@ def test_the_installed_command_exits_1_when_the_row_is_not_there(
     )
     assert (done.returncode, json.loads(done.stdout)) == (
         0,
-        {"queued": 0, "running": 0, "dead": 0},
+        {"queued": 0, "running": 0, "dead": 0, "done": 0, "paused": {}},
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import nilo_job as job
-from nilo_job.store.contract import Store
+from nilo_job.store.contract import Released, Store
 
 S = 1_000_000
 HOUR_MS = 3_600_000
@@ -164,6 +164,11 @@ async def test_a_running_row_shows_its_lease_and_worker(store: Store, t: int) ->
     assert (row.state, row.lease_until, row.worker, row.started_at, row.attempts) == (
         "running", t + 5 * S, "web-1:4242", t, 1
     )  # fmt: skip
+    # Given back unrun (a worker stopping): queued again, with no start and no worker.
+    assert await store.finish([Released(claimed.id, 1, t + S)]) == [True]
+    row = await jobs.row(row_id)  # type: ignore[arg-type]
+    assert row is not None
+    assert (row.state, row.attempts, row.started_at, row.worker) == ("queued", 0, None, None)
 
 
 async def test_pages_go_through_every_row_once_in_order(store: Store, t: int) -> None:
@@ -231,6 +236,7 @@ async def test_retry_all_dead_rows_of_a_kind_with_an_error(store: Store, t: int)
     again = await jobs.row(rejected[0])  # type: ignore[arg-type]
     assert again is not None
     assert (again.state, again.attempts, again.error) == ("queued", 0, None)
+    assert (again.started_at, again.worker, again.died_at) == (None, None, None)  # a new start
     assert await jobs.retry_many(job.Where(state="dead")) == 0
     with pytest.raises(job.Refusal, match="retry acts on dead rows"):
         await jobs.retry_many(job.Where(state="queued"))
@@ -346,6 +352,9 @@ def test_where_refuses_what_it_cannot_match() -> None:
     with pytest.raises(job.Refusal, match="whole-number row ids"):
         job.Where(ids=["a"])  # type: ignore[list-item]
     assert job.Where(ids=[1, 2]).ids == (1, 2)
+    for bad in ("a\x00b", "\udc80"):
+        with pytest.raises(job.Refusal, match="no store can keep"):
+            job.Where(kind=bad)
     assert job.Where(state="dead", kind="mail", error="Rejected").words() == (
         "dead rows of mail that failed with Rejected"
     )

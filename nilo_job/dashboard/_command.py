@@ -53,7 +53,7 @@ def dashboard_command(
     from .._load import load
     from ._app import dashboard_app
 
-    jobs = load(target)
+    jobs = load(target, command="dashboard")
     secret = os.environ.get(secret_env) or None
     try:
         board = dashboard_app(jobs, secret=secret, title=title, payloads=payloads)

@@ -227,6 +227,7 @@ class Memory(Reading):
                     self._free_key(row)
                 elif isinstance(end, Released):
                     row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
+                    row.started_at = row.worker = None  # given back unrun
                     self._index(row)
                 if end.then is not None:
                     # A schedule's next tick may go over the byte budget: losing it would stop
@@ -310,5 +311,6 @@ class Memory(Reading):
                 return False
             row.state, row.run_at, row.attempts = "queued", now_us, 0
             row.error = row.detail = row.traceback = row.died_at = None
+            row.started_at = row.worker = None
             self._index(row)
             return True

@@ -215,7 +215,8 @@ WHERE id = %s AND state = 'running' AND attempts = %s;
 
 -- name: released
 UPDATE nilo_jobs
-SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1
+SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1, started_at = NULL,
+    worker = NULL
 WHERE id = %s AND state = 'running' AND attempts = %s;
 
 -- name: release_key
@@ -251,7 +252,7 @@ WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
 WITH again AS (
     UPDATE nilo_jobs
     SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-        died_at = NULL
+        died_at = NULL, started_at = NULL, worker = NULL
     WHERE id = %s AND state = 'dead'
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', run_at::text) FROM again;
@@ -269,7 +270,7 @@ FROM nilo_jobs_done WHERE id = %(id)s;
 WITH again AS (
     UPDATE nilo_jobs
     SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-        died_at = NULL
+        died_at = NULL, started_at = NULL, worker = NULL
     WHERE id = ANY(%s) AND state = 'dead'
     RETURNING id, run_at)
 SELECT id, CASE WHEN id = (SELECT min(id) FROM again)

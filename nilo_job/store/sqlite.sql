@@ -130,7 +130,8 @@ WHERE id = ? AND state = 'running' AND attempts = ?;
 
 -- name: released
 UPDATE nilo_jobs
-SET state = 'queued', run_at = ?, lease_until = NULL, attempts = attempts - 1
+SET state = 'queued', run_at = ?, lease_until = NULL, attempts = attempts - 1, started_at = NULL,
+    worker = NULL
 WHERE id = ? AND state = 'running' AND attempts = ?;
 
 -- name: release_key
@@ -165,7 +166,7 @@ WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?;
 -- name: retry_dead
 UPDATE nilo_jobs
 SET state = 'queued', run_at = ?, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-    died_at = NULL
+    died_at = NULL, started_at = NULL, worker = NULL
 WHERE id = ? AND state = 'dead';
 
 -- name: row
@@ -180,7 +181,7 @@ FROM nilo_jobs_done WHERE id = :id;
 -- name: retry_many
 UPDATE nilo_jobs
 SET state = 'queued', run_at = ?, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-    died_at = NULL
+    died_at = NULL, started_at = NULL, worker = NULL
 WHERE id IN (SELECT value FROM json_each(?)) AND state = 'dead'
 RETURNING id;
 

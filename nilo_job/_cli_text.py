@@ -1,0 +1,66 @@
+"""How the `nilo-job` commands print: aligned tables, UTC times, one-line JSON, and the options
+and argument types every operator command shares."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+ROW_ID = click.IntRange(1, 2**63 - 1)  # a row id is a 64-bit integer on every store
+TARGET_HELP = "TARGET is a database URL (sqlite:///app.db, postgresql://…) or module:attr."
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> str:
+    """`rows` as text in aligned columns, two spaces apart, under `header` when given."""
+    lines = [list(header)] if header is not None else []
+    lines += [list(row) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def utc(us: int) -> str:
+    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def utc_exact(us: int | None) -> str:
+    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff UTC`, or "-" for None."""
+    if us is None:
+        return "-"
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def compact(value: Any, width: int = 60) -> str:
+    """`value` as one line of JSON, cut to `width` characters with an ellipsis."""
+    return cut(one_line(value), width)
+
+
+def one_line(value: Any) -> str:
+    """`value` as one line of JSON, whole."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def print_json(value: Any) -> None:
+    """`value` as one line of JSON on stdout."""
+    click.echo(json.dumps(value, ensure_ascii=False))
+
+
+def count_of(n: int, one: str, many: str | None = None) -> str:
+    """`n` and the noun: "1 job", "3 jobs"."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
