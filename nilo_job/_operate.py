@@ -274,7 +274,8 @@ class Operator:
             for kind, state, minute, n in ended:
                 if kind == name and first <= minute <= starts[-1]:
                     (done if state == "done" else died)[(minute - first) // 60_000_000] += n
-            took = await self.store.durations(name, first, SAMPLE)
+            # A kind another program named with text no store can be asked about has none.
+            took = await self.store.durations(name, first, SAMPLE) if _sayable(name) else []
             flows.append(
                 Flow(
                     kind=name,
@@ -291,6 +292,15 @@ class Operator:
                 )
             )
         return flows
+
+
+def _sayable(text: str) -> bool:
+    """Whether `text` can be sent to a store as a parameter (UTF-8, no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _row_id(row_id: object) -> bool:

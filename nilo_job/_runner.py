@@ -220,8 +220,11 @@ class Runner:
         then = self.ticks.next_row(kind, row.run_at, ended) if hand_on_at_end else None
         kept = self.keep and error is None
         result = _result(kind, row, returned) if kept else None
+        # When the run began, as far back from its end as it really took (on a test's clock,
+        # which stands still, the clock alone would make every run take no time).
+        began_us = ended - int(seconds * 1_000_000)
         end = _policy.decide(
-            kind, row, error, ended, then, keep=self.keep, started_us=started, result=result
+            kind, row, error, ended, then, keep=self.keep, started_us=began_us, result=result
         )
         if kind.is_async:
             free()

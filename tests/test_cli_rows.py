@@ -190,6 +190,9 @@ def test_show_tells_a_rows_whole_story(
 
     finished = rows[4]
     assert finished.pushed_at is not None
+    assert finished.started_at is not None
+    assert finished.finished_at is not None
+    assert 0 <= finished.finished_at - finished.started_at < 1_000_000
     done = nilo_job("show", target, "4")
     assert (done.exit_code, done.stdout) == (
         0,
@@ -201,7 +204,7 @@ def test_show_tells_a_rows_whole_story(
         "attempts     1\n"
         f"pushed       {utc_exact(finished.pushed_at)}\n"
         "due          2023-11-14 22:13:22.000000 UTC\n"
-        "started      2023-11-14 22:13:22.000000 UTC\n"
+        f"started      {utc_exact(finished.started_at)}\n"  # the run's real length before the end
         "finished     2023-11-14 22:13:22.000000 UTC\n"
         "died         -\n"
         "lease until  -\n"
@@ -226,7 +229,7 @@ def test_show_tells_a_rows_whole_story(
         "run_at": T + 2_000_000,
         "unique_key": None,
         "pushed_at": finished.pushed_at,
-        "started_at": T + 2_000_000,
+        "started_at": finished.started_at,
         "finished_at": T + 2_000_000,
         "died_at": None,
         "lease_until": None,

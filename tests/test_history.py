@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import nilo_job as job
-from nilo_job.store.contract import Released, Store
+from nilo_job.store.contract import Done, Released, Store
 
 S = 1_000_000
 HOUR_MS = 3_600_000
@@ -69,7 +69,8 @@ async def test_a_done_row_is_kept_with_its_times_attempts_and_result(store: Stor
     assert row.payload == {"to": "flaky@x"}
     assert row.run_at == t + 2 * S  # the retry's due time
     assert row.finished_at == t + 2 * S  # on the drain's clock
-    assert row.started_at == t + 2 * S
+    assert row.started_at is not None
+    assert 0 <= row.finished_at - row.started_at < S  # the run's real length, back from its end
     assert row.pushed_at is not None
     assert before <= row.pushed_at <= job.now_us()
     assert row.worker is not None
@@ -315,8 +316,9 @@ async def test_the_flow_counts_done_and_died_per_minute_and_the_durations(
     assert mail.died[first] == 1
     assert sum(mail.died) == 1
     assert sum(mail.done) == 0
-    assert report.p50_ms == 0.0
-    assert report.p95_ms == 0.0
+    assert report.p50_ms is not None
+    assert report.p95_ms is not None
+    assert 0.0 <= report.p50_ms <= report.p95_ms < 1_000.0  # real run lengths, back from the end
     assert mail.p50_ms is None
     assert report.oldest_due_ms >= (job.now_us() - t0) // 1_000 - 1_000
     assert (report.queued, report.running, report.dead, mail.dead) == (1, 0, 0, 1)
@@ -401,3 +403,21 @@ async def test_serve_hands_no_push_of_a_paused_kind_to_an_idle_worker(store: Sto
             await asyncio.sleep(0.02)
     assert row is not None
     assert (row.state, row.result) == ("done", 2)
+
+
+async def test_the_durations_are_the_last_thousand_done_runs_by_nearest_rank(store: Store) -> None:
+    jobs = queue(store)
+    minute = 60 * S
+    t0 = (job.now_us() // minute) * minute - 2 * minute
+    ids = await jobs.push_many([Report(n) for n in range(20)], at=t0)
+    claimed = await store.claim(["report"], t0, t0 + minute, 20, "w:1")
+    assert sorted(row.id for row in claimed) == ids
+    # Run n took (n + 1) ms: p50 is the 10th smallest, p95 the 19th.
+    ends = [
+        Done(row_id, 1, None, t0 + 30 * S, t0 + 30 * S - (n + 1) * 1_000, b"null")
+        for n, row_id in enumerate(ids)
+    ]
+    assert await store.finish(ends) == [True] * 20
+    (report,) = [flow for flow in await jobs.flow(minutes=5) if flow.kind == "report"]
+    assert (report.p50_ms, report.p95_ms) == (10.0, 19.0)
+    assert sum(report.done) == 20

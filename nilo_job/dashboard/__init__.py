@@ -5,11 +5,13 @@
 
     nilo-job dashboard myapp.jobs:jobs --port 8900 --secret-env NILO_DASHBOARD_SECRET
 
-It shows the counts by state and kind, the queued, running and dead rows with their error and
-attempts, and each schedule's next tick; with a secret configured, an operator who logs in can
-retry a dead row and cancel a queued one. Starlette is needed for the page (`nilo-job[web]`) and
-uvicorn for the command; they are imported when first used, so importing this package (the
-command line does) costs neither. See docs/dashboard.md.
+It shows each kind's flow over the last hour (done and died per minute, run times, queue
+latency), the counts by state and kind, the rows by state, kind and error a page at a time, a
+row's whole story, and each schedule's next tick; with a secret configured, an operator who logs
+in can retry, cancel and delete rows (those ticked, or every row matching a filter, after a
+confirmation that says how many) and pause or resume a kind. Starlette is needed for the page
+(`nilo-job[web]`) and uvicorn for the command; they are imported when first used, so importing
+this package (the command line does) costs neither. See docs/dashboard.md.
 """
 
 from __future__ import annotations

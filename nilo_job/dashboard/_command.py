@@ -31,7 +31,7 @@ import click
     default="NILO_DASHBOARD_SECRET",
     show_default=True,
     help="The environment variable holding the secret (16+ characters) that lets an operator "
-    "retry and cancel. Unset or empty: the dashboard is read-only.",
+    "retry, cancel, delete and pause. Unset or empty: the dashboard is read-only.",
 )
 @click.option("--title", default="nilo-job", show_default=True, help="The page's heading.")
 @click.option("--payloads", is_flag=True, help="Show each row's payload (may be personal data).")
@@ -79,7 +79,7 @@ def dashboard_command(
     with sock:
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
-        mode = f"log in with ${secret_env} to retry and cancel" if secret else "read-only"
+        mode = f"log in with ${secret_env} to act on rows" if secret else "read-only"
         click.echo(f"nilo-job dashboard on http://{shown}:{bound}/ ({mode})", err=True)
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         # uvicorn stops on SIGINT/SIGTERM, then raises the signal again for the handler that was

@@ -1,0 +1,113 @@
+"""What stands between a request and the queue: the security headers on every response, a
+sentence and 503 instead of a traceback and 500, the origin check, and the bounded form reader.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import JobError
+from ._bulk import MOST_IDS
+
+log = logging.getLogger("nilo_job")
+
+MAX_FORM_BYTES = 40_960
+"""The largest form accepted, in bytes: room for a page of 1,000 ticked row ids."""
+MAX_FORM_FIELDS = MOST_IDS + 16
+"""The most fields a form may have: the ticked ids and a few more."""
+
+CSP = (
+    "default-src 'none'; style-src 'self'; script-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+"""The Content-Security-Policy of every response: the stylesheet and the one script of this
+dashboard, nothing inline, no frames."""
+
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class SecurityHeaders:
+    """Adds `SECURITY_HEADERS` to every response of the wrapped app, and answers a failure
+    inside it (a store that fails mid-action, say) with a sentence and 503 rather than a
+    traceback and 500."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as error:
+            log.error("dashboard: %s %s failed", scope.get("method"), scope.get("path"),
+                      exc_info=True)  # fmt: skip
+            if started:
+                raise
+            why = error if isinstance(error, JobError) else type(error).__name__
+            answer = PlainTextResponse(f"the dashboard could not do that: {why}", 503)
+            await answer(scope, receive, send_with_headers)
+
+
+def same_origin(request: Request, trusted: Collection[str]) -> bool:
+    """Whether the request says it comes from this server's own origin (or one of `trusted`,
+    lower case, no final slash): its `Origin` header, or without one its `Referer`; False when
+    it has neither."""
+    host = request.headers.get("host")
+    allowed = set(trusted)
+    if host:
+        allowed.add(f"{request.url.scheme}://{host}".lower())
+    origin = request.headers.get("origin")
+    if origin is None:
+        referer = request.headers.get("referer")
+        if not referer:
+            return False
+        parts = urlsplit(referer)
+        origin = f"{parts.scheme}://{parts.netloc}"
+    return origin.lower() in allowed
+
+
+async def read_form(request: Request) -> dict[str, list[str]] | Response:
+    """The request's url-encoded form (every value of each field), or the refusal to send: 415
+    for another content type, 413 past `MAX_FORM_BYTES` bytes or `MAX_FORM_FIELDS` fields, 400
+    for a form that cannot be read."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        return PlainTextResponse("send an application/x-www-form-urlencoded form", 415)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return PlainTextResponse(f"a form is at most {MAX_FORM_BYTES} bytes", 413)
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return PlainTextResponse("the form cannot be read", 400)
+    if text.count("&") >= MAX_FORM_FIELDS:
+        return PlainTextResponse(f"a form has at most {MAX_FORM_FIELDS} fields", 413)
+    try:
+        return parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:
+        return PlainTextResponse("the form cannot be read", 400)

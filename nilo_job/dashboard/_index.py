@@ -1,0 +1,210 @@
+"""The overview page: each kind's flow over the last hour, the counts, the first rows of each
+state, and each schedule's next tick."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .._views import Flow, Row
+from ._chart import bar_chart
+from ._render import Chrome, button, duration, esc, href, when
+from ._table import row_table
+
+STATES = ("queued", "running", "dead", "done")
+"""The states the counts show, in order."""
+
+LISTED = ("queued", "running", "dead")
+"""The states whose first rows the overview lists."""
+
+REFRESH_CHOICES = (10, 30, 60)
+"""The auto-refresh periods the overview offers, in seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleView:
+    """A scheduled kind as shown: its name, when it ticks, and the row holding its next tick
+    (`known` is False when the store cannot say which row that is)."""
+
+    kind: str
+    when: str
+    overlap: str
+    missed: str
+    tick_id: int | None
+    tick_state: str | None
+    tick_run_at: int | None
+    known: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """What the overview shows: `kinds` (this queue's own), `counts` by (kind, state), `flows`
+    (one per kind, from `jobs.flow()`), `rows` (the first `shown` of each listed state) and
+    `totals` (how many there are of each), and the schedules. `flow_problem` says why the
+    flow could not be read (the rest of the page stands)."""
+
+    kinds: Sequence[str]
+    counts: Mapping[tuple[str, str], int]
+    flows: Sequence[Flow]
+    rows: Mapping[str, Sequence[Row]]
+    schedules: Sequence[ScheduleView]
+    shown: int
+    flow_problem: str | None = None
+
+
+def render_index(chrome: Chrome, view: Overview) -> str:
+    """The overview's main part, as HTML."""
+    return (
+        f'<section id="flow"><div class="section-head"><h2>Last hour</h2>{_refresh(chrome)}'
+        f"</div>{_flows(chrome, view)}</section>"
+        f'<section id="counts"><h2>Counts</h2>{_counts(chrome, view)}</section>'
+        + "".join(
+            f'<section id="{state}"><h2>{state.capitalize()}</h2>{_listed(chrome, view, state)}'
+            "</section>"
+            for state in LISTED
+        )
+        + f'<section id="schedules"><h2>Schedules</h2>{_schedules(chrome, view)}</section>'
+    )
+
+
+def _refresh(chrome: Chrome) -> str:
+    links = [
+        f'<a href="{href(chrome.base, "/")}" id="refresh-off"'
+        f"{' aria-current=true' if chrome.refresh is None else ''}>off</a>"
+    ]
+    for seconds in REFRESH_CHOICES:
+        current = " aria-current=true" if chrome.refresh == seconds else ""
+        links.append(
+            f'<a href="{href(chrome.base, "/", {"refresh": seconds})}" '
+            f'id="refresh-{seconds}"{current}>{seconds} s</a>'
+        )
+    return f'<p class="refresh">Auto-refresh: {" · ".join(links)}</p>'
+
+
+def _own(view: Overview) -> list[str]:
+    """This queue's kinds, then the other kinds the table holds (another program's)."""
+    known = list(view.kinds)
+    others = sorted({kind for kind, _state in view.counts} - set(known))
+    flows = [flow.kind for flow in view.flows if flow.kind not in known and flow.kind not in others]
+    return [*known, *others, *flows]
+
+
+def _flows(chrome: Chrome, view: Overview) -> str:
+    if view.flow_problem is not None:
+        return f'<p class="problem" id="flow-problem">{esc(view.flow_problem)}</p>'
+    if not view.flows:
+        return '<p class="empty" id="none-flow">No flow to show.</p>'
+    cards = []
+    for flow in view.flows:
+        ours = flow.kind in view.kinds
+        badge = (
+            ' <span class="badge paused" id="paused-' + esc(flow.kind) + '">paused</span>'
+            if flow.paused
+            else ""
+        )
+        if not ours:
+            badge += ' <span class="rel">(not a kind of this queue)</span>'
+        action = ""
+        if ours and chrome.operator:
+            if flow.paused:
+                action = button(chrome, "/resume", "Resume", f"resume-{flow.kind}", kind=flow.kind)
+            else:
+                action = button(chrome, "/pause", "Pause", f"pause-{flow.kind}", kind=flow.kind)
+        stats = [
+            ("done", "done", f"{sum(flow.done):,}"),
+            ("died", "died", f"{sum(flow.died):,}"),
+            ("p50", "p50 run", duration(flow.p50_ms)),
+            ("p95", "p95 run", duration(flow.p95_ms)),
+            ("latency", "waiting", duration(flow.oldest_due_ms)),
+            ("queued", "queued", f"{flow.queued:,}"),
+            ("running", "running", f"{flow.running:,}"),
+            ("dead", "dead", f"{flow.dead:,}"),
+        ]
+        listed = "".join(
+            f'<div><dt>{label}</dt><dd data-stat="{key}">{value}</dd></div>'
+            for key, label, value in stats
+        )
+        rows_link = href(chrome.base, "/rows", {"kind": flow.kind})
+        cards.append(
+            f'<article class="flow" data-kind="{esc(flow.kind)}">'
+            f'<h3><a href="{rows_link}">{esc(flow.kind)}</a>{badge}</h3>'
+            f"{bar_chart(flow.kind, flow.minutes, flow.done, flow.died)}"
+            f'<dl class="stats">{listed}</dl>'
+            f'<div class="card-actions">{action}</div></article>'
+        )
+    legend = (
+        '<p class="legend"><span class="key done"></span> done '
+        '<span class="key died"></span> died, per minute (UTC). p50 and p95: run times of the '
+        "last 1,000 done rows in the hour; waiting: how long the oldest due row has waited.</p>"
+    )
+    return f'<div class="flows">{"".join(cards)}</div>{legend}'
+
+
+def _counts(chrome: Chrome, view: Overview) -> str:
+    known = set(view.kinds)
+    head = "".join(f'<th class="n">{state}</th>' for state in STATES)
+    body = []
+    for kind in _own(view):
+        note = "" if kind in known else ' <span class="rel">(not a kind of this queue)</span>'
+        cells = "".join(
+            f'<td class="n" data-kind="{esc(kind)}" data-state="{state}">'
+            f'<a href="{href(chrome.base, "/rows", {"state": state, "kind": kind})}">'
+            f"{view.counts.get((kind, state), 0)}</a></td>"
+            for state in STATES
+        )
+        body.append(f"<tr><th>{esc(kind)}{note}</th>{cells}</tr>")
+    totals = "".join(
+        f'<td class="n" id="count-{state}">'
+        f'<a href="{href(chrome.base, "/rows", {"state": state})}">'
+        f"{sum(n for (_kind, s), n in view.counts.items() if s == state)}</a></td>"
+        for state in STATES
+    )
+    return (
+        f'<div class="scroll"><table class="counts"><thead><tr><th>kind</th>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody>"
+        f"<tfoot><tr><th>all</th>{totals}</tr></tfoot></table></div>"
+        '<p class="note">Done rows are the history kept for the queue\'s '
+        "<code>retention_ms</code> (an hour by default).</p>"
+    )
+
+
+def _listed(chrome: Chrome, view: Overview, state: str) -> str:
+    rows = view.rows.get(state, ())
+    if not rows:
+        return f'<p class="empty" id="none-{state}">No {state} rows.</p>'
+    total = sum(n for (_kind, s), n in view.counts.items() if s == state)
+    more = ""
+    if total > len(rows):
+        link = href(chrome.base, "/rows", {"state": state})
+        more = (
+            f'<p class="more">The first {len(rows)} of {total:,}: '
+            f'<a href="{link}" id="all-{state}">all {state} rows</a>.</p>'
+        )
+    return more + row_table(chrome, rows, state)
+
+
+def _schedules(chrome: Chrome, view: Overview) -> str:
+    if not view.schedules:
+        return '<p class="empty" id="none-schedules">No kind of this queue has a schedule.</p>'
+    lines = []
+    now = chrome.now_us
+    for item in view.schedules:
+        if not item.known:
+            nxt = "unknown: this store cannot list the row holding the key"
+        elif item.tick_id is None:
+            nxt = "not seeded yet: <code>serve()</code> or <code>seed()</code> queues it"
+        elif item.tick_state == "running":
+            nxt = f"running now (the tick due {when(item.tick_run_at, now)})"
+        else:
+            link = href(chrome.base, f"/rows/{item.tick_id}")
+            nxt = f'{when(item.tick_run_at, now)}, <a href="{link}">row {item.tick_id}</a>'
+        lines.append(
+            f'<tr data-kind="{esc(item.kind)}"><td>{esc(item.kind)}</td>'
+            f"<td><code>{esc(item.when)}</code></td><td>{esc(item.overlap)}</td>"
+            f'<td>{esc(item.missed)}</td><td class="next-tick">{nxt}</td></tr>'
+        )
+    return (
+        '<div class="scroll"><table><thead><tr><th>kind</th><th>schedule</th><th>overlap</th>'
+        f"<th>missed</th><th>next tick</th></tr></thead><tbody>{''.join(lines)}</tbody></table>"
+        "</div>"
+    )

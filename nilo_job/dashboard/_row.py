@@ -1,0 +1,104 @@
+"""A row's own page: everything `jobs.row(id)` knows of it, and what an operator may do to it."""
+
+from __future__ import annotations
+
+import json
+
+from .._views import Row
+from ._render import Chrome, button, esc, href, when
+from ._table import payload_text
+
+
+def _field(name: str, key: str, value: str) -> str:
+    return f'<div><dt>{name}</dt><dd id="f-{key}">{value}</dd></div>'
+
+
+def _result(row: Row) -> str:
+    text = json.dumps(row.result, ensure_ascii=False, indent=2)
+    return f"<pre>{esc(text)}</pre>"
+
+
+def render_row(chrome: Chrome, row: Row) -> str:
+    """The row page's main part, as HTML. The payload and a done row's result are shown only
+    when the dashboard was made with `payloads=True` (either may be personal data)."""
+    now = chrome.now_us
+    took = ""
+    if row.started_at is not None and row.finished_at is not None:
+        took = f"{max(0, row.finished_at - row.started_at) / 1_000:,.0f} ms"
+    due = "" if row.unreadable and "run_at" in row.unreadable else when(row.run_at, now)
+    fields = [
+        _field("kind", "kind", esc(row.kind)),
+        _field("state", "state", f'<span class="state {esc(row.state)}">{esc(row.state)}</span>'),
+        _field("unique key", "key", esc(row.unique_key) if row.unique_key else "–"),
+        _field("pushed", "pushed", when(row.pushed_at, now) or "–"),
+        _field("due", "due", due or "–"),
+        _field("started", "started", when(row.started_at, now) or "–"),
+    ]
+    if row.state == "done":
+        fields.append(_field("finished", "finished", when(row.finished_at, now)))
+        fields.append(_field("took", "took", took or "–"))
+    if row.state == "dead":
+        fields.append(_field("died", "died", when(row.died_at, now)))
+    fields.append(_field("attempt", "attempts", str(row.attempts)))
+    if row.state == "running":
+        fields.append(_field("lease until", "lease", when(row.lease_until, now) or "–"))
+    fields.append(_field("worker", "worker", esc(row.worker) if row.worker else "–"))
+    if row.unreadable is not None:
+        fields.append(
+            _field(
+                "unreadable", "unreadable", f'<span class="unreadable">{esc(row.unreadable)}</span>'
+            )
+        )
+    parts = [back_link(chrome, row), f'<dl class="fields" id="fields">{"".join(fields)}</dl>']
+    if row.error:
+        parts.append(f'<section id="error"><h2>Last error</h2>{_error(row)}</section>')
+    if chrome.payloads:
+        parts.append(f'<section id="payload"><h2>Payload</h2>{payload_text(row, None)}</section>')
+        if row.state == "done":
+            parts.append(f'<section id="result"><h2>Result</h2>{_result(row)}</section>')
+    else:
+        parts.append(
+            '<p class="note" id="payload-hidden">The payload (and a done row\'s result) is '
+            "hidden: it may be personal data. The dashboard shows it when made with "
+            "<code>payloads=True</code> (<code>--payloads</code>).</p>"
+        )
+    parts.append(_actions(chrome, row))
+    return "".join(parts)
+
+
+def _error(row: Row) -> str:
+    trace = ""
+    if row.traceback:
+        trace = f'<pre class="trace" id="traceback">{esc(row.traceback)}</pre>'
+    message = f'<p class="message" id="message">{esc(row.message)}</p>' if row.message else ""
+    return f'<p class="error" id="error-name">{esc(row.error)}</p>{message}{trace}'
+
+
+def _actions(chrome: Chrome, row: Row) -> str:
+    if not chrome.operator:
+        return ""
+    buttons = []
+    if row.state == "dead":
+        buttons.append(button(chrome, f"/rows/{row.id}/retry", "Retry", f"retry-{row.id}"))
+    if row.state == "queued":
+        buttons.append(button(chrome, f"/rows/{row.id}/cancel", "Cancel", f"cancel-{row.id}"))
+    if row.state in ("dead", "done"):
+        buttons.append(
+            button(
+                chrome,
+                "/bulk",
+                "Delete…",
+                f"delete-{row.id}",
+                act="delete:selected",
+                id=str(row.id),
+            )
+        )
+    if not buttons:
+        return ""
+    return f'<section id="actions"><h2>Act</h2>{" ".join(buttons)}</section>'
+
+
+def back_link(chrome: Chrome, row: Row) -> str:
+    """A link to the rows of this row's state and kind."""
+    link = href(chrome.base, "/rows", {"state": row.state, "kind": row.kind})
+    return f'<p><a href="{link}" id="back">All {esc(row.state)} rows of {esc(row.kind)}</a></p>'

@@ -1,0 +1,155 @@
+"""The rows page: a filter (state, kind, error name), a search box (row id or unique key), one
+keyset page of the rows that match, the link to the next page, and for an operator the bulk form:
+Retry, Cancel or Delete the selected rows, or all the rows that match the filter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._views import Row, Where
+from ._render import Chrome, csrf_field, esc, href
+from ._table import row_table
+
+ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "retry": ("Retry", ("dead",)),
+    "cancel": ("Cancel", ("queued",)),
+    "delete": ("Delete", ("dead", "done")),
+}
+"""Each bulk action: its button's label and the states of the rows it acts on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One rows page: the filter `where`, the `rows` of this page, `next` (the cursor of the
+    page after it, None on the last), `total` (how many rows match), `page` (1 for the first),
+    `offset` (how many rows came on the pages before), the kinds to choose from, and the search
+    text `q` as typed."""
+
+    where: Where
+    rows: Sequence[Row]
+    next: str | None
+    total: int
+    page: int
+    offset: int
+    kinds: Sequence[str]
+    q: str = ""
+
+
+def filter_query(where: Where) -> dict[str, object]:
+    """The query fields of a filter, for links and hidden fields."""
+    return {"state": where.state, "kind": where.kind, "error": where.error, "key": where.key}
+
+
+def _options(values: Sequence[str], chosen: str | None, any_label: str) -> str:
+    options = [f'<option value=""{" selected" if chosen is None else ""}>{any_label}</option>']
+    for value in values:
+        selected = " selected" if value == chosen else ""
+        options.append(f'<option value="{esc(value)}"{selected}>{esc(value)}</option>')
+    return "".join(options)
+
+
+def _filters(chrome: Chrome, listing: Listing) -> str:
+    where = listing.where
+    kinds = list(listing.kinds)
+    if where.kind is not None and where.kind not in kinds:
+        kinds.append(where.kind)
+    states = _options(["queued", "running", "dead", "done"], where.state, "any state")
+    key = f'<input type="hidden" name="key" value="{esc(where.key)}">' if where.key else ""
+    return (
+        f'<form method="get" action="{href(chrome.base, "/rows")}" class="filters" id="filters">'
+        f'<label>State <select name="state" id="f-state">{states}</select></label>'
+        f'<label>Kind <select name="kind" id="f-kind">{_options(kinds, where.kind, "any kind")}'
+        "</select></label>"
+        '<label>Error <input type="text" name="error" id="f-error" placeholder="class name" '
+        f'value="{esc(where.error or "")}" autocomplete="off" spellcheck="false"></label>'
+        f'{key}<button type="submit" id="apply-filter">Filter</button></form>'
+        f'<form method="get" action="{href(chrome.base, "/rows")}" class="filters" id="search">'
+        '<label>Row id or unique key <input type="search" name="q" id="q" '
+        f'value="{esc(listing.q)}" autocomplete="off" spellcheck="false"></label>'
+        '<button type="submit" id="search-go">Search</button></form>'
+    )
+
+
+def _summary(chrome: Chrome, listing: Listing) -> str:
+    where = listing.where
+    words = where.words()
+    what = esc(words[:1].upper() + words[1:])
+    total = f'<span id="total">{listing.total:,}</span>'
+    if not listing.rows:
+        return f'<p class="summary" id="summary">{what}: {total}.</p>'
+    first = listing.offset + 1
+    last = listing.offset + len(listing.rows)
+    extra = ""
+    if where.state is None:
+        extra = " Rows of every state, queued first; choose a state to page through more."
+    return (
+        f'<p class="summary" id="summary">{what}: {total}; showing {first:,}–{last:,}.{extra}</p>'
+    )
+
+
+def _bulk(chrome: Chrome, listing: Listing) -> str:
+    """The operator's bulk form: the filter as hidden fields, and one button per action."""
+    where = listing.where
+    if not chrome.operator or not listing.rows:
+        return ""
+    hidden = "".join(
+        f'<input type="hidden" name="{name}" value="{esc(value)}">'
+        for name, value in filter_query(where).items()
+        if value is not None
+    )
+    buttons = []
+    for action, (label, states) in ACTIONS.items():
+        if where.state is not None and where.state not in states:
+            continue
+        buttons.append(
+            f'<button type="submit" name="act" value="{action}:selected" '
+            f'id="{action}-selected">{label} selected</button>'
+        )
+        if where.state is not None:
+            buttons.append(
+                f'<button type="submit" name="act" value="{action}:all" id="{action}-all">'
+                f"{label} all {listing.total:,} matching this filter</button>"
+            )
+    if not buttons:
+        return ""
+    return (
+        f'<form method="post" action="{href(chrome.base, "/bulk")}" id="bulk" class="bulk">'
+        f'{csrf_field(chrome)}{hidden}<span class="rel">Tick rows, then:</span> '
+        f"{' '.join(buttons)}</form>"
+    )
+
+
+def _pages(chrome: Chrome, listing: Listing) -> str:
+    links = []
+    query = filter_query(listing.where)
+    if listing.page > 1:
+        links.append(
+            f'<a href="{href(chrome.base, "/rows", query)}" id="first-page">First page</a>'
+        )
+    if listing.next is not None:
+        after = {
+            **query,
+            "after": listing.next,
+            "page": listing.page + 1,
+            "seen": listing.offset + len(listing.rows),
+        }
+        links.append(
+            f'<a href="{href(chrome.base, "/rows", after)}" id="next-page" rel="next">'
+            "Next page →</a>"
+        )
+    return f'<nav class="pages">{" ".join(links)}</nav>' if links else ""
+
+
+def render_rows(chrome: Chrome, listing: Listing) -> str:
+    """The rows page's main part, as HTML."""
+    table = ""
+    if listing.rows:
+        table = row_table(chrome, listing.rows, listing.where.state, select=True)
+    else:
+        table = '<p class="empty" id="none">No rows match.</p>'
+    return (
+        f'<section id="filter">{_filters(chrome, listing)}</section>'
+        f'<section id="listing">{_summary(chrome, listing)}{_bulk(chrome, listing)}{table}'
+        f"{_pages(chrome, listing)}</section>"
+    )
