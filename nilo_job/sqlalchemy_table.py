@@ -25,7 +25,7 @@ from sqlalchemy import (
 
 
 def nilo_jobs_table(metadata: MetaData) -> Table:
-    """Add `nilo_jobs`, its check and its four indexes to `metadata`, with the two tables beside
+    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the two tables beside
     it (`nilo_jobs_done`, the history of done rows, and `nilo_jobs_paused`, the paused kinds),
     and return `nilo_jobs`."""
     Table(
@@ -82,4 +82,11 @@ def nilo_jobs_table(metadata: MetaData) -> Table:
         Index("nilo_jobs_due", "run_at", "id", postgresql_where=text("state = 'queued'")),
         Index("nilo_jobs_lease", "lease_until", "id", postgresql_where=text("state = 'running'")),
         Index("nilo_jobs_dead", "died_at", "id", postgresql_where=text("state = 'dead'")),
+        Index(
+            "nilo_jobs_dead_kind",
+            "kind",
+            "died_at",
+            "id",
+            postgresql_where=text("state = 'dead'"),
+        ),
     )

@@ -24,6 +24,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_ke
 CREATE INDEX IF NOT EXISTS nilo_jobs_due ON nilo_jobs (run_at, id) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS nilo_jobs_lease ON nilo_jobs (lease_until, id) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS nilo_jobs_dead_kind ON nilo_jobs (kind, died_at, id)
+    WHERE state = 'dead';                           -- (version 3)
 CREATE TABLE IF NOT EXISTS nilo_jobs_done (       -- done rows kept as history (version 3)
     id          INTEGER PRIMARY KEY,                -- the id it had in nilo_jobs
     kind        TEXT    NOT NULL,
