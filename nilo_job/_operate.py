@@ -20,7 +20,7 @@ from ._kinds import Kind
 from ._status import Statuses
 from ._ticks import SCHEDULE_KEY, Ticks
 from ._values import State
-from ._views import Flow, Found, Row, Where
+from ._views import Flow, Found, Row, Where, is_unicode
 from ._wakeups import Wakeups
 from .store.contract import INT64_MAX, INT64_MIN, RowView, Store
 
@@ -275,7 +275,7 @@ class Operator:
                 if kind == name and first <= minute <= starts[-1]:
                     (done if state == "done" else died)[(minute - first) // 60_000_000] += n
             # A kind another program named with text no store can be asked about has none.
-            took = await self.store.durations(name, first, SAMPLE) if _sayable(name) else []
+            took = await self.store.durations(name, first, SAMPLE) if is_unicode(name) else []
             flows.append(
                 Flow(
                     kind=name,
@@ -292,15 +292,6 @@ class Operator:
                 )
             )
         return flows
-
-
-def _sayable(text: str) -> bool:
-    """Whether `text` can be sent to a store as a parameter (UTF-8, no lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _row_id(row_id: object) -> bool:

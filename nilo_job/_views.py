@@ -43,7 +43,7 @@ class Where:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise Refusal(f"Where({name}={value!r}) takes a str")
-            if value is not None and ("\x00" in value or not _unicode(value)):
+            if value is not None and ("\x00" in value or not is_unicode(value)):
                 raise Refusal(
                     f"Where({name}={value[:80]!a}): no row holds a NUL or a lone surrogate, "
                     "which no store can keep"
@@ -80,7 +80,8 @@ class Where:
         return text
 
 
-def _unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
+    """Whether `text` is Unicode a store can be sent (no lone surrogates)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
