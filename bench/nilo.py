@@ -283,9 +283,9 @@ async def w3_xproc(args: argparse.Namespace) -> dict[str, Any]:
     async def push(i: int) -> None:
         await jobs.push(Noop(i))
 
-    # Without a wake-up between processes (SQLite) the wait is the poll: spread the pushes
-    # over a whole poll period so that they do not lock to its phase.
-    gap = (0.005, 0.02) if not common.is_sqlite(args.url) else (0.0, args.poll_ms / 1_000)
+    # Both stores wake a worker in another process (NOTIFY; SQLite's datagram beside the file),
+    # so the pushes come a few milliseconds apart, as a web process's would.
+    gap = (0.005, 0.02)
     return await common.cross_process_latency(
         common.child_argv("w3_worker", args), push, args.samples, gap_s=gap
     )

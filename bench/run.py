@@ -57,8 +57,8 @@ PEERS = ("pgqueuer", "procrastinate", "oban", "huey")
 PEER_STORES = {"pgqueuer": "pg", "procrastinate": "pg", "oban": "pg", "huey": "sqlite"}
 
 # Measured in the first repetition only: idle and claim cost are long, steady measurements of
-# their own, and SQLite's cross-process latency is the poll (about 1 s a sample).
-ONCE = {"idle", "claim", "wire", ("sqlite", "w3_xproc")}
+# their own.
+ONCE: set[object] = {"idle", "claim", "wire"}
 
 GROUPS = {
     "W1": ("w1_one", "w1_pool16", "w1_bulk"),
@@ -321,7 +321,6 @@ class Places:
 class Settings:
     jobs: int
     samples: int
-    samples_sqlite_xproc: int
     cap_s: float
     idle_s: float
     claim_samples: int
@@ -332,12 +331,7 @@ def _argv(case: Case, url: str, s: Settings, action: str | None = None) -> list[
     argv = [case.python, str(BENCH / case.script), action or case.action, "--url", url]
     argv += ["--jobs", str(s.jobs), "--cap-s", str(s.cap_s)]
     if case.workload.startswith("w3"):
-        n = (
-            s.samples_sqlite_xproc
-            if (case.store, case.workload) == ("sqlite", "w3_xproc")
-            else s.samples
-        )
-        argv += ["--samples", str(n)]
+        argv += ["--samples", str(s.samples)]
     return argv + list(case.extra)
 
 
@@ -1011,8 +1005,8 @@ NOTES = [
     "pgqueuer claims 10 at a time and runs them all at once (its defaults); procrastinate "
     "and nilo-job run 4 at once; oban's queue limit is 4; huey runs 4 threads.",
     "W3 across processes: the producer reads time.time_ns() before the push, the worker as its "
-    "run starts (one host, one clock). SQLite has no wake-up between processes, so there the "
-    "wait is the poll (pushes are spread over a whole poll period, fewer samples).",
+    "run starts (one host, one clock). On SQLite the worker is woken by a datagram to a socket "
+    "it keeps beside the database file; on PostgreSQL by NOTIFY.",
     "Idle, PostgreSQL: the worker connects through a counting proxy (statements = Query and "
     "Execute messages), exact; pg_stat_database's xact counts are flushed by backends about "
     "once a second and are shown for reference only. SQLite: statements counted by a "
@@ -1086,7 +1080,6 @@ def main() -> int:
     settings = Settings(
         jobs=jobs,
         samples=args.samples or (60 if args.quick else 200),
-        samples_sqlite_xproc=8 if args.quick else 20,
         cap_s=args.cap_s if args.cap_s is not None else 8.0,
         idle_s=args.idle_s,
         claim_samples=100 if args.quick else 300,

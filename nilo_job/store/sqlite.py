@@ -29,7 +29,18 @@ from ._sql import (
     unwrap_django,
 )
 from ._sqlite_connections import Connections
-from .contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
+from ._sqlite_wake import Signals, folder_of, listen
+from .contract import (
+    Claimed,
+    DeadRow,
+    Done,
+    End,
+    NewRow,
+    Released,
+    RowView,
+    Where,
+    check_state,
+)
 
 T = TypeVar("T")
 
@@ -92,6 +103,7 @@ class SqliteTable:
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.upper()
         self._db = Connections(path, busy_timeout_ms, self.synchronous, self._target())
+        self._signals = Signals(folder_of(path))
 
     def __repr__(self) -> str:
         return f"job.Table('{self._target()}')"
@@ -110,6 +122,7 @@ class SqliteTable:
 
     async def close(self) -> None:
         await self._db.close()
+        self._signals.close()  # after the store's thread, which sends on it, has stopped
 
     async def ping(self) -> None:
         await self._db.call(lambda conn: conn.execute("SELECT 1").fetchone())
@@ -118,7 +131,11 @@ class SqliteTable:
         return None  # one host: its clock is the queue's
 
     async def watch(self, wake: Callable[[int | None], None]) -> None:
-        return None  # no signal between processes: other processes' rows are found by polling
+        """Call `wake(run_at)` whenever another process commits a push to this file, until
+        cancelled: a datagram to a socket of this process beside the file (`_sqlite_wake`)."""
+        folder = folder_of(self.path)
+        if folder is not None:
+            await listen(folder, wake)
 
     async def create_missing(self) -> None:
         """Create `nilo_jobs` and its indexes where missing, or bring an older table up to this
@@ -151,12 +168,24 @@ class SqliteTable:
     # ---------------------------------------------------------------------------------- rows
 
     async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
-        if len(rows) == 1:
-            # One INSERT is its own transaction: no BEGIN and COMMIT to send around it.
-            return await self._db.call(
-                lambda conn: self._db.retry_busy(lambda: _insert(conn, rows))
-            )
-        return await self._db.call(lambda conn: self._db.write(conn, lambda c: _insert(c, rows)))
+        def push(conn: sqlite3.Connection) -> list[int | None]:
+            if len(rows) == 1:
+                # One INSERT is its own transaction: no BEGIN and COMMIT to send around it.
+                ids = self._db.retry_busy(lambda: _insert(conn, rows))
+            else:
+                ids = self._db.write(conn, lambda c: _insert(c, rows))
+            self._tell(rows, ids)  # committed: tell the other processes serving this file
+            return ids
+
+        return await self._db.call(push)
+
+    def _tell(self, rows: Sequence[NewRow], ids: Sequence[int | None]) -> None:
+        """Signal the other serving processes of the queued rows just committed (a row claimed
+        by its pusher's own worker, or one whose key was taken, needs nobody)."""
+        due = [row.run_at for row, row_id in zip(rows, ids, strict=True) if row_id is not None
+               and row.lease_until is None]  # fmt: skip
+        if due:
+            self._signals.send(min(due))
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         tx = unwrap_django(tx)
@@ -220,7 +249,15 @@ class SqliteTable:
                 applied.append(ok)
             return applied
 
-        return await self._db.call(lambda conn: self._db.write(conn, apply), work=True)
+        def finish(conn: sqlite3.Connection) -> list[bool]:
+            applied = self._db.write(conn, apply)
+            back = [e.run_at for e, ok in zip(ends, applied, strict=True) if ok
+                    and isinstance(e, Released)]  # fmt: skip
+            if back:  # rows a stopping worker gave back: another process may take them now
+                self._signals.send(min(back))
+            return applied
+
+        return await self._db.call(finish, work=True)
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         def hand_on(conn: sqlite3.Connection) -> bool:
@@ -275,7 +312,10 @@ class SqliteTable:
         )
 
     async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
-        return await self._ids("retry_many", ids, now_us)
+        again = await self._ids("retry_many", ids, now_us)
+        if again:
+            await self._db.call(lambda conn: self._signals.send(now_us))
+        return again
 
     async def cancel_many(self, ids: Sequence[int]) -> list[int]:
         return await self._ids("cancel_many", ids)
@@ -342,11 +382,15 @@ class SqliteTable:
         return {(kind, state): n for kind, state, n in found}
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
-        return await self._db.call(
-            lambda conn: self._db.write(
+        def retry(conn: sqlite3.Connection) -> bool:
+            again = self._db.write(
                 conn, lambda c: c.execute(SQL["retry_dead"], (now_us, row_id)).rowcount == 1
             )
-        )
+            if again:
+                self._signals.send(now_us)
+            return again
+
+        return await self._db.call(retry)
 
 
 def _recorded(conn: sqlite3.Connection) -> _schema.Recorded:

@@ -1,0 +1,206 @@
+"""Wake-ups between processes on one SQLite file, with real worker processes: a push from this
+process starts in a worker process at once rather than at its poll; a worker that died and left
+its socket, many workers, a socket whose buffer is full, and a lost signal (which costs at most
+the poll, never a row). Every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import nilo_job as job
+from nilo_job.store._sqlite_wake import Signals, folder_of
+
+HERE = Path(__file__).resolve().parent
+LONG_POLL_MS = 600_000  # a row that starts within a tenth of it was woken, not polled
+
+pytestmark = pytest.mark.procs
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    values = {
+        "NILO_TEST_DB": str(tmp_path / "q.db"),
+        "NILO_TEST_STORE": f"sqlite:///{tmp_path / 'q.db'}",
+        "NILO_TEST_OUT": str(tmp_path),
+        "NILO_TEST_POLL_MS": str(LONG_POLL_MS),
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+@pytest.fixture
+async def queue(env: dict[str, str]) -> AsyncIterator[job.Jobs]:
+    sys.modules.pop("procs_kinds", None)
+    sys.path.insert(0, str(HERE))
+    try:
+        import procs_kinds
+    finally:
+        sys.path.remove(str(HERE))
+    await procs_kinds.jobs.store.create_missing()
+    yield procs_kinds.jobs
+    await procs_kinds.jobs.store.close()
+    sys.modules.pop("procs_kinds", None)
+
+
+def start(env: dict[str, str], poll_ms: int = LONG_POLL_MS) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", "--workers", "2"],
+        cwd=HERE,
+        env={**os.environ, **env, "NILO_TEST_POLL_MS": str(poll_ms)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    return out.decode()
+
+
+def sockets(env: dict[str, str]) -> list[str]:
+    folder = folder_of(env["NILO_TEST_DB"])
+    assert folder is not None
+    return sorted(p.name for p in folder.glob("*.sock")) if folder.exists() else []
+
+
+async def until(what: str, check: object, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {seconds} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def started(tmp_path: Path, n: int, seconds: float) -> float:
+    """How long after now the stamp `n` was written (s), waiting at most `seconds`."""
+    began = time.monotonic()
+    await until(f"stamp {n}", lambda: (tmp_path / f"stamp-{n}").exists(), seconds)
+    return time.monotonic() - began
+
+
+async def test_a_push_from_another_process_starts_at_once_not_at_the_next_poll(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    worker = start(env)
+    try:
+        await until("the worker's socket", lambda: len(sockets(env)) == 1)
+        await asyncio.sleep(0.2)  # its first claim (at start) has found nothing
+        took = []
+        for n in range(10):
+            await queue.push(procs_kinds.Stamp(n=n))
+            took.append(await started(tmp_path, n, LONG_POLL_MS / 1_000 / 10))
+        assert max(took) < 5.0, took  # woken: the poll is ten minutes
+    finally:
+        out = stop(worker)
+    assert "Traceback" not in out, out
+    assert sockets(env) == []  # a worker that stops takes its socket with it
+
+
+async def test_a_worker_that_died_leaves_a_socket_the_next_push_removes(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    dead = start(env)
+    await until("the first worker's socket", lambda: len(sockets(env)) == 1)
+    (left,) = sockets(env)
+    dead.send_signal(signal.SIGKILL)
+    dead.communicate(timeout=30)
+    assert sockets(env) == [left]  # SIGKILL: nothing removed it
+    alive = start(env)
+    try:
+        await until("the second worker's socket", lambda: len(sockets(env)) == 2)
+        await asyncio.sleep(0.2)
+        await queue.push(procs_kinds.Stamp(n=1))
+        assert await started(tmp_path, 1, 60) < 5.0  # the living worker is woken
+        assert left not in sockets(env)  # the push found it refused, and removed it
+        assert len(sockets(env)) == 1
+    finally:
+        out = stop(alive)
+    assert "Traceback" not in out, out
+
+
+async def test_every_worker_process_is_woken(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    workers = [start(env) for _ in range(3)]
+    try:
+        await until("three sockets", lambda: len(sockets(env)) == 3)
+        await asyncio.sleep(0.3)
+        # More rows at once than one process has workers: the others must take part, woken.
+        await queue.push_many([procs_kinds.Record(n) for n in range(30)])
+        await until(
+            "every row done", lambda: len(list(tmp_path.glob("runs-*.log"))) >= 1, seconds=60
+        )
+        deadline = time.monotonic() + 60
+        while (await queue.stats())[:2] != (0, 0):
+            assert time.monotonic() < deadline, await queue.stats()
+            await asyncio.sleep(0.02)
+    finally:
+        outputs = [stop(proc) for proc in workers]
+    assert all("Traceback" not in out for out in outputs), outputs
+    assert await queue.count(job.Where(kind="record", state="done")) == 30
+
+
+def test_a_full_socket_never_blocks_or_fails_a_push(tmp_path: Path) -> None:
+    db = str(tmp_path / "q.db")
+    folder = folder_of(db)
+    assert folder is not None
+    folder.mkdir()
+    # A process that serves this file but never reads its socket (frozen, say).
+    deaf = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    deaf.bind(str(folder / "1-deaf.sock"))
+    signals = Signals(folder)
+    try:
+        began = time.monotonic()
+        for n in range(20_000):  # far more than any socket buffer holds
+            signals.send(n)
+        assert time.monotonic() - began < 10.0
+        assert (folder / "1-deaf.sock").exists()  # full is not dead: it is kept
+        got = deaf.recv(64)
+        assert got == b"0"
+    finally:
+        signals.close()
+        deaf.close()
+
+
+async def test_a_lost_signal_costs_at_most_the_poll(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import procs_kinds
+
+    worker = start(env, poll_ms=300)
+    try:
+        await until("the worker's socket", lambda: len(sockets(env)) == 1)
+        folder = folder_of(env["NILO_TEST_DB"])
+        assert folder is not None
+        for name in sockets(env):
+            (folder / name).unlink()  # every signal to it is now lost
+        await queue.push(procs_kinds.Stamp(n=7))
+        assert await started(tmp_path, 7, 30) < 5.0  # found at its poll all the same
+    finally:
+        out = stop(worker)
+    assert "Traceback" not in out, out
+
+
+async def test_a_memory_database_has_no_folder_and_push_still_works(tmp_path: Path) -> None:
+    assert folder_of(":memory:") is None
+    Signals(None).send(1)  # nothing to tell, nothing raised
+    assert folder_of(str(tmp_path / "a.db")) == Path(f"{tmp_path}/a.db.wake")
