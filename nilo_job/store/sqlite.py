@@ -16,30 +16,22 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from .._errors import Refusal
-from .._values import Stats
 from . import _schema, _sql
 from ._sql import (
     claimed_row,
-    count_statement,
-    dead_row,
     end_statement,
-    find_statement,
     keep_params,
-    row_view,
     unwrap_django,
 )
 from ._sqlite_connections import Connections
+from ._sqlite_reading import Reading
 from ._sqlite_wake import Signals, folder_of, listen
 from .contract import (
     Claimed,
-    DeadRow,
     Done,
     End,
     NewRow,
     Released,
-    RowView,
-    Where,
-    check_state,
 )
 
 T = TypeVar("T")
@@ -68,7 +60,7 @@ def path_from_url(url: str) -> str:
     return rest[1:].split("?", 1)[0]
 
 
-class SqliteTable:
+class SqliteTable(Reading):
     """The `nilo_jobs` table in a SQLite file.
 
     Args:
@@ -275,33 +267,6 @@ class SqliteTable:
             )
         )
 
-    async def stats(self) -> Stats:
-        row = await self._db.call(lambda conn: conn.execute(SQL["stats"]).fetchone())
-        return Stats(row[0], row[1], row[2], row[3])
-
-    async def dead_ones(self, limit: int) -> list[DeadRow]:
-        rows = await self._db.call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
-        return [dead_row(r) for r in rows]
-
-    async def rows(self, state: str, limit: int) -> list[RowView]:
-        return await self.find(Where(state=check_state(state)), None, limit)
-
-    async def row(self, row_id: int) -> RowView | None:
-        found = await self._db.call(
-            lambda conn: conn.execute(SQL["row"], {"id": row_id}).fetchone()
-        )
-        return None if found is None else row_view(found)
-
-    async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
-        query, params = find_statement(where, after, limit, postgres=False)
-        found = await self._db.call(lambda conn: conn.execute(query, params).fetchall())
-        return [row_view(r) for r in found]
-
-    async def count(self, where: Where) -> int:
-        query, params = count_statement(where, postgres=False)
-        found = await self._db.call(lambda conn: conn.execute(query, params).fetchone())
-        return int(found[0])
-
     async def _ids(self, name: str, ids: Sequence[int], *first: object) -> list[int]:
         """Run the statement `name` over `ids` in one write transaction; the ids it returned."""
         params = (*first, json.dumps(list(ids)))
@@ -349,37 +314,6 @@ class SqliteTable:
                 conn, lambda c: c.execute(SQL["resume"], (kind,)).rowcount == 1
             )
         )
-
-    async def paused(self) -> dict[str, int]:
-        found = await self._db.call(lambda conn: conn.execute(SQL["paused"]).fetchall())
-        return dict(found)
-
-    async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
-        found = await self._db.call(
-            lambda conn: conn.execute(SQL["ended"], {"since": since_us}).fetchall()
-        )
-        return [(kind, state, minute, n) for kind, state, minute, n in found]
-
-    async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
-        found = await self._db.call(
-            lambda conn: conn.execute(SQL["durations"], (kind, since_us, limit)).fetchall()
-        )
-        return [r[0] for r in found]
-
-    async def oldest_due(self, now_us: int) -> dict[str, int]:
-        found = await self._db.call(
-            lambda conn: conn.execute(SQL["oldest_due"], (now_us,)).fetchall()
-        )
-        return dict(found)
-
-    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
-        params = {"key": key, "kinds": json.dumps(list(kinds))}
-        found = await self._db.call(lambda conn: conn.execute(SQL["holding"], params).fetchall())
-        return [row_view(r) for r in found]
-
-    async def counts(self) -> dict[tuple[str, str], int]:
-        found = await self._db.call(lambda conn: conn.execute(SQL["counts"]).fetchall())
-        return {(kind, state): n for kind, state, n in found}
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         def retry(conn: sqlite3.Connection) -> bool:
