@@ -104,13 +104,15 @@ class Jobs(Operating):
     ) -> None:
         if isinstance(kinds, type) or not isinstance(kinds, Sequence) or not kinds:
             raise Refusal("job.Jobs(kinds=[...]) takes a non-empty list of job classes")
-        if not isinstance(store, Store):
-            lacks = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]
+        # Each method asked for by name, not isinstance(store, Store): since Python 3.12 a
+        # runtime-checkable Protocol looks only at the class, refusing a store that forwards its
+        # methods through __getattr__.
+        if lacks := [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]:
+            which = "has none" if len(lacks) == len(_STORE_METHODS) else f"lacks {', '.join(lacks)}"
             raise Refusal(
                 f"job.Jobs(store={store!r}): pass job.Table('sqlite:///app.db'), "
                 "job.Table('postgresql://…') or job.Memory(bytes=1 << 20); a store of your own "
-                f"must have every method of nilo_job.store.contract.Store, and this one lacks "
-                f"{', '.join(lacks)}"
+                f"must have every method of nilo_job.store.contract.Store, and this one {which}"
             )
         if status is not None and not isinstance(status, Space):
             raise Refusal(
@@ -370,11 +372,16 @@ class Jobs(Operating):
         self._observers.add(observer)
 
     def wake(self) -> None:
-        """Wake an idle worker of this process now, instead of at its next poll.
+        """Wake an idle worker of this process now, instead of at its next poll; on SQLite, the
+        other processes serving the file too (a row `push_in` committed in your transaction
+        reaches them so; on PostgreSQL the commit's NOTIFY already has).
 
-        Safe to call from any thread, and a no-op when `serve` is not running.
+        Safe to call from any thread, and a no-op when nothing serves.
         """
         self._wakeups.wake_at(None)
+        others = getattr(self.store, "wake_others", None)
+        if callable(others):
+            others()
 
     # ------------------------------------------------------------------------- reading rows
 

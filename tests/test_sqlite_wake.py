@@ -204,3 +204,27 @@ async def test_a_memory_database_has_no_folder_and_push_still_works(tmp_path: Pa
     assert folder_of(":memory:") is None
     Signals(None).send(1)  # nothing to tell, nothing raised
     assert folder_of(str(tmp_path / "a.db")) == Path(f"{tmp_path}/a.db.wake")
+
+
+async def test_push_in_then_wake_reaches_a_worker_in_another_process(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    import procs_kinds
+
+    worker = start(env)
+    try:
+        await until("the worker's socket", lambda: len(sockets(env)) == 1)
+        await asyncio.sleep(0.2)
+        conn = sqlite3.connect(env["NILO_TEST_DB"])
+        try:
+            await queue.push_in(conn, procs_kinds.Stamp(n=5))
+            conn.commit()
+        finally:
+            conn.close()
+        queue.wake()  # the commit was ours: tell the worker processes
+        assert await started(tmp_path, 5, LONG_POLL_MS / 1_000 / 10) < 5.0
+    finally:
+        out = stop(worker)
+    assert "Traceback" not in out, out

@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,11 +109,12 @@ def _due(data: bytes) -> int | None:
 class Signals:
     """The pushing side: one datagram to every other serving process's socket in `folder`.
 
-    Not thread-safe: the SQLite store calls it from its one thread, after a commit.
+    Safe from any thread (the store's, after a commit; `Jobs.wake` from the caller's).
     """
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
+        self._lock = threading.Lock()
         self._seen: int | None = None  # the folder's mtime when it was last listed
         self._peers: list[bytes] = []
         self._sock: socket.socket | None = None
@@ -123,6 +125,11 @@ class Signals:
         was committed. Never raises, never blocks."""
         if self.folder is None:
             return
+        with self._lock:
+            self._send(run_at)
+
+    def _send(self, run_at: int | None) -> None:
+        assert self.folder is not None
         try:
             mtime = os.stat(self.folder).st_mtime_ns
         except OSError:
@@ -173,6 +180,7 @@ class Signals:
 
     def close(self) -> None:
         """Close the sending socket (it is made again on the next send)."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None

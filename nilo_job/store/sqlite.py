@@ -129,6 +129,12 @@ class SqliteTable(Reading):
         if folder is not None:
             await listen(folder, wake)
 
+    def wake_others(self) -> None:
+        """Wake the other processes serving this file now (a datagram to each): for a row your
+        own transaction committed (`push_in`), which the store did not see. Safe from any
+        thread; never raises. `Jobs.wake()` calls it."""
+        self._signals.send(None)
+
     async def create_missing(self) -> None:
         """Create `nilo_jobs` and its indexes where missing, or bring an older table up to this
         version in place, keeping every row (idempotent, safe to race).
