@@ -1,12 +1,14 @@
 """`nilo-job worker module:attr`: the queue's workers in a process of their own, until SIGTERM or
-SIGINT, for all its kinds or only those `--kinds` names."""
+SIGINT, for all its kinds or only those `--kinds` names, on uvloop when it is installed
+(`pip install 'nilo-job[fast]'`) unless `--loop asyncio` (or `NILO_JOB_LOOP=asyncio`) says not."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import click
 
@@ -41,12 +43,24 @@ def kind_list(given: Sequence[str]) -> list[str] | None:
     metavar="A,B",
     help="Run only these kinds (names, comma-separated or the option repeated); default: all.",
 )
-def worker(target: str, workers: int | None, grace_ms: int, kinds: tuple[str, ...]) -> None:
+@click.option(
+    "--loop",
+    type=click.Choice(["auto", "uvloop", "asyncio"]),
+    default="auto",
+    show_default=True,
+    envvar="NILO_JOB_LOOP",
+    help="The event loop: uvloop when installed (auto), uvloop or else an error, or asyncio's "
+    "own. Also NILO_JOB_LOOP.",
+)
+def worker(
+    target: str, workers: int | None, grace_ms: int, kinds: tuple[str, ...], loop: str
+) -> None:
     """Run the workers of the queue TARGET (module:attr) until SIGTERM or SIGINT.
 
     On the first signal it stops claiming, lets running rows finish for --grace-ms, then cancels
     them and queues their rows again; a second signal ends the grace period at once.
     """
+    factory, said = loop_choice(loop)
     # A signal that arrives while the target is still importing stops the worker before it
     # claims anything, rather than killing it with the default handler.
     early: list[int] = []
@@ -65,9 +79,31 @@ def worker(target: str, workers: int | None, grace_ms: int, kinds: tuple[str, ..
     if workers is not None:
         jobs.workers = workers
     try:
-        asyncio.run(_work(jobs, grace_ms, names, early))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(_work(jobs, grace_ms, names, early, said))
     except (JobError, Refusal) as error:
         raise click.ClickException(str(error)) from None
+
+
+def loop_choice(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The loop factory for `--loop` (`auto`, `uvloop` or `asyncio`; None: asyncio's own), and
+    the sentence the worker logs about it.
+
+    Raises:
+        click.ClickException: `uvloop` was asked for and is not installed.
+    """
+    if choice == "asyncio":
+        return None, "asyncio's own (--loop asyncio)"
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        if choice == "uvloop":
+            raise click.ClickException(
+                "--loop uvloop: uvloop is not installed: pip install 'nilo-job[fast]'"
+            ) from None
+        return None, "asyncio's own (uvloop is not installed: pip install 'nilo-job[fast]')"
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory, f"uvloop {uvloop.__version__}"
 
 
 def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
@@ -79,8 +115,11 @@ def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
         )
 
 
-async def _work(jobs: Jobs, grace_ms: int, kinds: list[str] | None, early: list[int]) -> None:
+async def _work(
+    jobs: Jobs, grace_ms: int, kinds: list[str] | None, early: list[int], said: str
+) -> None:
     loop = asyncio.get_running_loop()
+    logging.getLogger("nilo_job").info("event loop: %s", said)
     task = asyncio.create_task(jobs.serve(grace_ms=grace_ms, kinds=kinds))
     signals = 0
 

@@ -115,9 +115,10 @@ class Codec:
 
 
 MAX_DEPTH = 256
-"""The deepest nesting of arrays and objects a payload may have. A worker reads JSON with
-Python's recursion limit (1,000 by default), so a payload pushed by a process with a higher one
-could be deeper than a worker can read: such a value is refused at push."""
+"""The deepest nesting of arrays and objects a payload may have. How deep a worker can read
+depends on its Python (3.11 stops near its recursion limit of 1,000; 3.12 and later count a C
+limit of their own), so a payload pushed by one process could be deeper than a worker elsewhere
+can read: such a value is refused at push, well inside every version's limit."""
 
 
 def _too_deep(name: str, depth: int | None) -> str:

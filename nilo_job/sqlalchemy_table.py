@@ -4,7 +4,12 @@
     nilo_jobs_table(Base.metadata)      # then `alembic revision --autogenerate`
 
 It matches the PostgreSQL DDL in `nilo_job/store/postgres.sql` (also `table.ddl`); a test
-compares the two through the database's own catalog.
+compares the two through the database's own catalog, and another runs Alembic's autogenerate
+over it (docs/alembic.md).
+
+`nilo_jobs_version` is in the metadata too, so that autogenerate neither misses it nor proposes
+to drop it once `nilo-job migrate` has made it; a migration leaves it empty, and with no record
+nilo-job tells the table's version by its columns.
 """
 
 from __future__ import annotations
@@ -25,9 +30,26 @@ from sqlalchemy import (
 
 
 def nilo_jobs_table(metadata: MetaData) -> Table:
-    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the two tables beside
-    it (`nilo_jobs_done`, the history of done rows, and `nilo_jobs_paused`, the paused kinds),
-    and return `nilo_jobs`."""
+    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the three tables
+    beside it (`nilo_jobs_done`, the history of done rows, `nilo_jobs_paused`, the paused kinds,
+    and `nilo_jobs_version`, the version `nilo-job migrate` records), and return `nilo_jobs`.
+
+    Args:
+        metadata: your application's `sqlalchemy.MetaData` (Alembic's `target_metadata`).
+
+    Returns:
+        The `nilo_jobs` `sqlalchemy.Table`.
+
+    Raises:
+        sqlalchemy.exc.InvalidRequestError: `metadata` already holds a table of one of these
+            names (call this once per `MetaData`).
+    """
+    Table(
+        "nilo_jobs_version",
+        metadata,
+        Column("version", Integer, nullable=False),
+        Column("compatible_from", Integer, nullable=False),
+    )
     Table(
         "nilo_jobs_done",
         metadata,

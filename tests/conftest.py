@@ -119,3 +119,28 @@ async def table(tmp_path: Path) -> AsyncIterator[Store]:
 def t() -> int:
     """A fixed clock reading, a second after now, in microseconds since the epoch."""
     return job.now_us() + 1_000_000
+
+
+PG_FIXTURES = frozenset({"pg_url", "pg_template"})
+
+
+def _needs_postgres(item: pytest.Item) -> bool:
+    if PG_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    values = list(callspec.params.values()) if callspec is not None else []
+    return any(
+        (isinstance(v, str) and v == "postgres") or (isinstance(v, tuple) and "postgres" in v)
+        for v in values
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `postgres` every test that needs the server: those that use `pg_url` (or the
+    template), and the postgres case of a fixture or parametrize over store kinds. So
+    `pytest -m "not postgres"` deselects them (it does not skip them) where only the Memory and
+    SQLite tests run (`dev.py test --all-pythons`, on the Pythons other than .venv's)."""
+    for item in items:
+        if _needs_postgres(item):
+            item.add_marker(pytest.mark.postgres)

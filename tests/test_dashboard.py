@@ -6,6 +6,7 @@ their confirmation, pausing a kind, a prefix, an unreadable row, a store that fa
 The browser drives it in tests/test_dashboard_browser.py.
 """
 
+import contextlib
 import os
 import queue
 import re
@@ -401,6 +402,30 @@ async def test_a_store_of_your_own_shows_the_rows_its_holding_answers(t: int) ->
     ] * 2
 
 
+class Partial:
+    """A store of your own that forwards only some of the contract."""
+
+    def __init__(self) -> None:
+        self.inner = job.Memory()
+
+    def __getattr__(self, name: str) -> object:
+        if name in {"claim", "finish"}:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_a_forwarding_store_is_taken_and_one_lacking_methods_is_refused_naming_them() -> None:
+    assert job.Jobs(kinds=[Nightly], store=Elsewhere()).store.__class__ is Elsewhere  # type: ignore[arg-type]
+    with pytest.raises(job.Refusal) as refused:
+        job.Jobs(kinds=[Nightly], store=Partial())  # type: ignore[arg-type]
+    assert str(refused.value).endswith(
+        "a store of your own must have every method of nilo_job.store.contract.Store, and this "
+        "one lacks claim, finish"
+    )
+    with pytest.raises(job.Refusal, match=r"and this one has none$"):
+        job.Jobs(kinds=[Nightly], store=None)  # type: ignore[arg-type]
+
+
 async def test_payloads_when_asked_are_escaped_and_cut(t: int) -> None:
     jobs = job.Jobs(kinds=[Mail], store=job.Memory())
     short = await jobs.push(Mail(to="<script>alert(1)</script>"), at=t + S)
@@ -636,7 +661,7 @@ async def test_a_row_page_tells_the_whole_story(store: Store, t: int) -> None:
 async def test_a_row_another_program_wrote_shows_as_unreadable(tmp_path: Path) -> None:
     table = job.Table(f"sqlite:///{tmp_path}/q.db")
     await table.create_missing()
-    with sqlite3.connect(tmp_path / "q.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as conn, conn:
         conn.execute(
             "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, detail, "
             "died_at) VALUES ('mail', x'7b7d', 'dead', 1, 1, 'Boom', 'it broke', 5)"

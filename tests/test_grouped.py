@@ -171,3 +171,4 @@ def test_two_event_loops_pushing_through_one_queue_at_once_lose_nothing(tmp_path
     assert None not in ids
     assert len(set(ids)) == 600
     assert asyncio.run(jobs.stats()).queued == 600
+    asyncio.run(store.close())

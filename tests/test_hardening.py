@@ -4,6 +4,7 @@ Exception, a run's own CancelledError, values that change type through JSON, odd
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sqlite3
@@ -223,7 +224,7 @@ async def test_ready_is_false_while_the_table_is_missing(tmp_path: Path) -> None
 def test_the_sync_face_works_in_a_forked_child(tmp_path: Path) -> None:
     table = job.Table(f"sqlite:///{tmp_path}/q.db")
     jobs = job.Jobs(kinds=[Loose], store=table)
-    with sqlite3.connect(tmp_path / "q.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as conn, conn:
         conn.executescript(table.ddl)  # type: ignore[attr-defined]
     assert jobs.sync.stats() == (0, 0, 0)
     pid = os.fork()
@@ -237,6 +238,7 @@ def test_the_sync_face_works_in_a_forked_child(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert jobs.sync.stats() == (1, 0, 0)
+    jobs.sync.close()  # the store's connections, closed
 
 
 def test_a_cron_step_in_a_repeated_dst_hour_fires_on_the_real_clock() -> None:

@@ -4,6 +4,7 @@ not one of ours, a store that fails in the middle of an action; each gets a sent
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ def db(tmp_path: Path) -> Path:
     dead one whose payload is not UTF-8."""
     path = tmp_path / "q.db"
     assert nilo_job("migrate", f"sqlite:///{path}").exit_code == 0
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(
             "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts) "
             "VALUES ('mail', x'7b7d', 'queued', 'tomorrow', 0)"

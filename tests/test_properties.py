@@ -5,6 +5,7 @@ a row running past its retry, never a claim that fails for every row after it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sqlite3
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ async def test_any_bytes_another_program_stores_as_a_payload_never_stop_the_queu
     await table.create_missing()
     jobs = job.Jobs(kinds=[Anything, After], store=table)
     try:
-        with sqlite3.connect(path) as conn:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
             value = "CAST(? AS TEXT)" if as_text else "?"
             conn.execute(
                 "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts) "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sqlite3
 import threading
@@ -319,7 +320,7 @@ async def test_seeding_again_or_with_a_clock_behind_pushes_nothing(tmp_path: Pat
     assert await jobs.drain_at(three) == 1
     await jobs.seed_at(ten)  # a process whose clock is behind: the 3:00 tick already ran
     assert await jobs.drain_at(three) == 0
-    with sqlite3.connect(tmp_path / "s.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as conn, conn:
         held = conn.execute("SELECT run_at FROM nilo_jobs WHERE unique_key = 'schedule'").fetchall()
     assert held == [(three + DAY,)]
     await table.close()
@@ -357,7 +358,7 @@ def test_ten_queues_seeding_one_file_from_ten_threads_make_one_row(tmp_path: Pat
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    with sqlite3.connect(tmp_path / "s.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as conn, conn:
         rows = conn.execute("SELECT kind, state, unique_key FROM nilo_jobs").fetchall()
     assert rows == [("nightly-report", "queued", "schedule")]
 

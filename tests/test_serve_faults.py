@@ -125,7 +125,7 @@ async def test_sqlite_a_push_cancelled_mid_insert_leaves_its_row_running(
     async with jobs.serving(grace_ms=5_000):
         await until_idle(jobs)
         pushing = asyncio.create_task(jobs.push(Quick(1)))
-        with sqlite3.connect(tmp_path / "q.db") as look:
+        with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as look, look:
             async with asyncio.timeout(10):
                 while not look.execute("SELECT count(*) FROM nilo_jobs").fetchone()[0]:  # noqa: ASYNC110 (turns of the loop, bounded)
                     await asyncio.sleep(0)

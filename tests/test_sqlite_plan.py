@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +14,7 @@ async def test_the_claim_reads_the_due_and_lease_indexes_not_the_kind(tmp_path: 
     table = job.Table(f"sqlite:///{tmp_path}/q.db")
     await table.create_missing()
     await table.close()
-    with sqlite3.connect(tmp_path / "q.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as conn, conn:
         conn.executemany(
             "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, died_at) "
             "VALUES ('a', '{}', 'dead', ?, 1, 'Boom', ?)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_a_sync_caller_pushes_cancels_and_reads_stats_without_asyncio(tmp_path: 
     ran.clear()
     table = job.Table(f"sqlite:///{tmp_path}/q.db")
     jobs = job.Jobs(kinds=[Note], store=table)
-    with sqlite3.connect(tmp_path / "q.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as conn, conn:
         conn.executescript(table.ddl)  # type: ignore[attr-defined]
     first = jobs.sync.push(Note(1))
     second = jobs.sync.push(Note(2), unique="two")
@@ -41,6 +42,7 @@ def test_a_sync_caller_pushes_cancels_and_reads_stats_without_asyncio(tmp_path: 
     assert ran == [1]
     assert first is not None
     assert jobs.sync.stats() == (0, 0, 0)
+    jobs.sync.close()  # the store's connections, closed
 
 
 def test_sync_push_in_writes_through_the_callers_connection_in_its_transaction(
@@ -62,6 +64,7 @@ def test_sync_push_in_writes_through_the_callers_connection_in_its_transaction(
     conn.close()
     assert jobs.sync.drain() == 1
     assert ran == [2]
+    jobs.sync.close()
 
 
 async def test_sync_inside_an_event_loop_is_refused_with_the_async_form() -> None:
@@ -73,7 +76,7 @@ async def test_sync_inside_an_event_loop_is_refused_with_the_async_form() -> Non
 def test_the_operator_calls_block_too(tmp_path: Path) -> None:
     table = job.Table(f"sqlite:///{tmp_path}/ops.db")
     jobs = job.Jobs(kinds=[Note], store=table)
-    with sqlite3.connect(tmp_path / "ops.db") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "ops.db")) as conn, conn:
         conn.executescript(table.ddl)  # type: ignore[attr-defined]
     try:
         jobs.sync.push(Note(1))

@@ -10,6 +10,7 @@ upgraded table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import sqlite3
 import subprocess
@@ -44,10 +45,18 @@ class Db:
         self.kind, self.url, self.path, self.version = kind, url, path, version
         self.sql = statements(kind, version)
 
-    def connect(self) -> Any:
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Any]:
+        """A connection in autocommit, closed after the block (sqlite3's own `with` does not
+        close)."""
         if self.kind == "sqlite":
-            return sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        return psycopg.connect(self.url, autocommit=True)
+            with contextlib.closing(
+                sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            ) as conn:
+                yield conn
+        else:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                yield conn
 
     def run(self, conn: Any, name: str, params: Any = ()) -> list[Any]:
         statement = self.sql[name]

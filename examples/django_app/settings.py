@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlsplit
 
+import django
+
 DATABASE_URL = os.environ.get("DJANGO_APP_DATABASE_URL", "sqlite:///django_app.db")
 
 
@@ -35,7 +37,11 @@ DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-EMAIL_BACKEND = os.environ.get(
+MAIL_BACKEND = os.environ.get(
     "DJANGO_APP_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
 )
+if django.VERSION >= (6, 1):  # Django 6.1 names its mail backends in MAILERS (EMAIL_BACKEND warns)
+    MAILERS = {"default": {"BACKEND": MAIL_BACKEND}}
+else:
+    EMAIL_BACKEND = MAIL_BACKEND
 DEFAULT_FROM_EMAIL = "welcome@example.com"

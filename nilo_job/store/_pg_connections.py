@@ -18,6 +18,11 @@ one out of that pool (claims and ends then commit durably, since a session setti
 the checkout), and serve's listener holds one of the pool's connections while it runs. After a
 fork, the parent's pools and connections are replaced before anything reads them.
 
+Behind a pooler in transaction mode (`pooler=True`, see `_pg_pooler`) nothing relies on a
+session: no statement is prepared on the server, the workers' settings are taken by each claim's
+and end's transaction, and LISTEN goes to the direct `listen_url`, or nowhere (the poll finds
+every row).
+
 Every connection has a bounded connect time: `connect_timeout` from the URL, or 10 s. A server
 that cannot be reached within it, and the driver's errors that mean the table is missing or
 older than this version, are `StoreUnavailable` with a sentence naming the server.
@@ -38,7 +43,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .._errors import StoreUnavailable
-from . import _schema
+from . import _pg_pooler, _schema
 
 DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 """The driver's exceptions that mean the server cannot be reached (or the pool gave up)."""
@@ -80,10 +85,20 @@ class Connections:
         pool: the application's own pool, or None for pools of the store's own.
         max_size: the most connections the store's own ordinary pool opens.
         target: the URL `nilo-job migrate` is given for this database, for sentences.
+        pooler: `conninfo` reaches the server through a pooler in transaction mode.
+        listen_url: where LISTEN connects (a direct URL), or None: `conninfo` itself, or (with
+            `pooler`) nowhere.
     """
 
     def __init__(
-        self, conninfo: str, pool: AsyncConnectionPool[Any] | None, max_size: int, target: str
+        self,
+        conninfo: str,
+        pool: AsyncConnectionPool[Any] | None,
+        max_size: int,
+        target: str,
+        *,
+        pooler: bool = False,
+        listen_url: str | None = None,
     ) -> None:
         self.conninfo, self.timeout_s = with_timeout(conninfo)
         self.where = where(conninfo)
@@ -94,11 +109,22 @@ class Connections:
         if pool is not None and isinstance(pool.kwargs, dict):
             self.kwargs = {k: v for k, v in pool.kwargs.items() if k != "autocommit"}
         self.max_size = max_size
+        self.pooler = pooler
+        self.plain: dict[str, Any] = {"prepare_threshold": None} if pooler else {}
+        self.work = self.plain if pooler else {"options": _WORK}
+        self.listen_to = None if listen_url is None else with_timeout(listen_url)[0]
+        self.listens = listen_url is not None or not pooler
         self.work_pool: AsyncConnectionPool[Any] | None = None
+        self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # id(own pool) -> its loop
         self.opening: asyncio.Lock | None = None
-        self.kept_push = Kept(self, {})
-        self.kept_claim = Kept(self, {"options": _WORK})
+        self.kept_push, self.kept_claim = Kept(self, self.plain), Kept(self, self.work)
         self.pid = os.getpid()
+
+    def listening_where(self) -> str | None:
+        """`host:port/dbname` where serve listens for other processes' pushes; None: nowhere."""
+        if not self.listens:
+            return None
+        return where(self.listen_to or self.conninfo)
 
     def unavailable(self, error: Exception) -> StoreUnavailable:
         """`error` from the driver as the store's error, with a sentence."""
@@ -113,22 +139,28 @@ class Connections:
             )
         return StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {error}")
 
-    async def connect(self, **options: Any) -> psycopg.AsyncConnection[Any]:
-        """A new connection in autocommit, within the connect timeout.
+    async def connect(
+        self, conninfo: str | None = None, **options: Any
+    ) -> psycopg.AsyncConnection[Any]:
+        """A new connection in autocommit to `conninfo` (default: the store's), within the
+        connect timeout.
 
         Raises:
             StoreUnavailable: the server cannot be reached in time.
         """
+        at = self.where if conninfo is None else where(conninfo)
         try:
             async with asyncio.timeout(self.timeout_s + 1):
                 return await psycopg.AsyncConnection.connect(
-                    self.conninfo, autocommit=True, **options
+                    conninfo or self.conninfo, autocommit=True, **options
                 )
         except TimeoutError as error:
             raise StoreUnavailable(
-                f"cannot reach PostgreSQL at {self.where}: no answer within {self.timeout_s:g} s"
+                f"cannot reach PostgreSQL at {at}: no answer within {self.timeout_s:g} s"
             ) from error
         except DOWN as error:
+            if conninfo is not None:
+                raise StoreUnavailable(f"cannot reach PostgreSQL at {at}: {error}") from error
             raise self.unavailable(error) from error
 
     async def get_pool(self, *, work: bool = False) -> AsyncConnectionPool[Any]:
@@ -140,9 +172,8 @@ class Connections:
         """
         if self.pid != os.getpid():
             # A forked child: the parent's pools and their connections are not ours.
-            self.pid, self.work_pool, self.opening = os.getpid(), None, None
-            self.kept_push = Kept(self, {})
-            self.kept_claim = Kept(self, {"options": _WORK})
+            self.pid, self.work_pool, self.opening, self.loops = os.getpid(), None, None, {}
+            self.kept_push, self.kept_claim = Kept(self, self.plain), Kept(self, self.work)
             if self.owns_pool:
                 self.pool = None
         work = work and self.owns_pool
@@ -153,9 +184,9 @@ class Connections:
             self.opening = asyncio.Lock()
         async with self.opening:
             if work and (self.work_pool is None or self.work_pool.closed):
-                self.work_pool = await self._open_pool("nilo-job-work", 4, {"options": _WORK})
+                self.work_pool = await self._open_pool("nilo-job-work", 4, self.work)
             if not work and (self.pool is None or self.pool.closed):
-                self.pool = await self._open_pool("nilo-job", self.max_size, {})
+                self.pool = await self._open_pool("nilo-job", self.max_size, self.plain)
                 self.owns_pool = True
         pool = self.work_pool if work else self.pool
         assert pool is not None
@@ -166,7 +197,7 @@ class Connections:
     ) -> AsyncConnectionPool[Any]:
         # One plain connection first: a server that is down or a wrong password is said at
         # once, in the driver's words, instead of after the pool's timeout.
-        probe = await self.connect()
+        probe = await self.connect(**self.plain)
         await probe.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.conninfo,
@@ -182,6 +213,7 @@ class Connections:
         except DOWN as error:
             await pool.close()
             raise self.unavailable(error) from error
+        self.loops[id(pool)] = asyncio.get_running_loop()
         return pool
 
     async def run(
@@ -198,6 +230,8 @@ class Connections:
             StoreUnavailable: the server cannot be reached, or the table is missing or older.
         """
         pool = await self.get_pool(work=work)
+        if work and self.pooler and self.owns_pool:
+            fn, transaction = _pg_pooler.local(fn), False
         try:
             async with pool.connection() as conn:
                 if not transaction:
@@ -230,7 +264,7 @@ class Connections:
         await self.get_pool(work=work)
         if self.owns_pool:
             kept = self.kept_claim if work else self.kept_push
-            done, answer = await kept.run(fn)
+            done, answer = await kept.run(_pg_pooler.local(fn) if work and self.pooler else fn)
             if done:
                 return answer
         return await self.run(fn, work=work, transaction=False)
@@ -238,14 +272,14 @@ class Connections:
     @contextlib.asynccontextmanager
     async def listening(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection in autocommit for LISTEN, for as long as the block lasts: one of its
-        own for a store opened from a URL; one held out of the application's pool otherwise
-        (given back as it was found, with UNLISTEN).
+        own to `listen_url` when given, or for a store opened from a URL; one held out of the
+        application's pool otherwise (given back as it was found, with UNLISTEN).
 
         Raises:
             StoreUnavailable: the server cannot be reached.
         """
-        if self.owns_pool or self.pool is None:
-            conn = await self.connect()
+        if self.listen_to is not None or self.owns_pool or self.pool is None:
+            conn = await self.connect(self.listen_to)
             try:
                 yield conn
             finally:
@@ -271,11 +305,30 @@ class Connections:
         await self.kept_claim.close()
         work, self.work_pool = self.work_pool, None
         if work is not None:
-            await work.close()
+            await self._close_pool(work)
         pool = self.pool
         if pool is not None and self.owns_pool:
             self.pool = None
+            await self._close_pool(pool)
+
+    async def _close_pool(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Close one of the store's own pools, also once the loop that opened it is closed
+        (a pre-forking parent): `pool.close()` then fails waiting for its workers, tasks of
+        that loop (RuntimeError on Python 3.11, CancelledError on 3.12+), before it closes the
+        idle connections; those are closed here, so `close()` answers alike on every version."""
+        opened_on = self.loops.pop(id(pool), None)
+        if opened_on is None or not opened_on.is_closed():
             await pool.close()
+            return
+        idle = list(getattr(pool, "_pool", ()))  # what close() would have closed
+        try:
+            await pool.close()
+        except (RuntimeError, asyncio.CancelledError):
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this close() itself is being cancelled
+        for conn in idle:
+            await conn.close()
 
 
 class Kept:

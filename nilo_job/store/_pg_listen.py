@@ -40,7 +40,19 @@ class Silent(Exception):
 
 async def listen(connections: Connections, wake: Callable[[int | None], None]) -> None:
     """Call `wake(run_at)` for every row another process pushes, until cancelled; `wake(None)`
-    (wake now) each time listening (re)starts, for rows pushed while nobody listened."""
+    (wake now) each time listening (re)starts, for rows pushed while nobody listened. Behind a
+    pooler with no direct URL to listen on, return at once: the poll finds every row. Either
+    way, say so in the log."""
+    at = connections.listening_where()
+    if at is None:
+        log.info(
+            "not listening for other processes' pushes: PostgreSQL at %s is behind a pooler "
+            "(pooler=True) and no listen_url was given; their rows are found by the poll "
+            "(poll_ms)", connections.where,
+        )  # fmt: skip
+        return
+    through = " (direct, beside the pooler)" if connections.pooler else ""
+    log.info("listening for other processes' pushes on PostgreSQL at %s%s", at, through)
     pause = 0.05
     while True:
         try:

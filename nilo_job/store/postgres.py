@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import Refusal
-from . import _pg_schema, _schema, _sql
+from . import _pg_pooler, _pg_schema, _schema, _sql
 from ._pg_connections import Connections, where
 from ._pg_listen import listen
 from ._pg_reading import Reading
@@ -47,23 +47,41 @@ class PostgresTable(Reading):
         target: a `postgresql://` connection string, or a `psycopg_pool.AsyncConnectionPool`
             the application already has (it stays the application's: `close` leaves it open).
         max_size: the most connections the store's own pool opens (with a URL only).
+        pooler: `target` reaches the server through a pooler in transaction mode, such as
+            PgBouncer's `pool_mode = transaction` (also `?nilo_pooler=true` in the URL): no
+            statement is prepared on the server and no session setting is relied on.
+        listen_url: the server's direct `postgresql://` URL, for the one connection serve
+            keeps in LISTEN (also `?nilo_listen_url=` in the URL, percent-encoded); with
+            `pooler` and none given, serve does not listen and finds other processes' rows by
+            its poll (`poll_ms`).
 
     Raises:
-        Refusal: `target` is neither.
+        Refusal: `target` is neither, or `pooler` / `listen_url` cannot be used as given.
     """
 
-    def __init__(self, target: str | AsyncConnectionPool[Any], *, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        target: str | AsyncConnectionPool[Any],
+        *,
+        max_size: int = 10,
+        pooler: bool = False,
+        listen_url: str | None = None,
+    ) -> None:
         if isinstance(target, str):
+            said = _pg_pooler.read(target, pooler, listen_url)
             try:
-                conninfo_to_dict(target)
+                conninfo_to_dict(said.conninfo)
             except psycopg.ProgrammingError as error:
                 raise Refusal(
                     f"job.Table({_hidden(target)!r}) is not a connection string PostgreSQL "
                     f"reads: {str(error).strip()}"
                 ) from None
-            self.conninfo = target
+            self.conninfo = said.conninfo
             pool = None
         elif isinstance(target, AsyncConnectionPool):
+            said = _pg_pooler.read("", pooler, listen_url)
+            if said.pooler:
+                _pg_pooler.check_pool(target.kwargs)
             self.conninfo = str(target.conninfo)
             pool = target
         else:
@@ -72,7 +90,11 @@ class PostgresTable(Reading):
                 "psycopg_pool.AsyncConnectionPool"
             )
         self.max_size = max_size
-        self._connections = Connections(self.conninfo, pool, max_size, self._target())
+        self.pooler, self.listen_url = said.pooler, said.listen_url
+        self._connections = Connections(
+            self.conninfo, pool, max_size, self._target(), pooler=said.pooler,
+            listen_url=said.listen_url,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"job.Table('postgresql://{where(self.conninfo)}')"
@@ -256,7 +278,8 @@ class PostgresTable(Reading):
 
     async def watch(self, wake: Callable[[int | None], None]) -> None:
         """Call `wake(run_at)` for every row another process pushes, until cancelled (LISTEN on
-        a connection of its own; see `_pg_listen`)."""
+        a connection of its own; see `_pg_listen`); return at once behind a pooler without a
+        `listen_url`."""
         await listen(self._connections, wake)
 
 

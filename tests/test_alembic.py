@@ -1,0 +1,186 @@
+"""Alembic for real: a project whose metadata holds `nilo_jobs_table(metadata)` gets the tables
+from `alembic revision --autogenerate`, makes them with `alembic upgrade head`, and has a queue
+that works; then autogenerate finds nothing more to do, even after `create_missing()` recorded
+the version, and a table an older migration made gets this version's columns from the next
+autogenerate. Each test runs the `alembic` command (as the user would) on a fresh PostgreSQL
+database, with the migrations folder in `tmp_path`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import nilo_job as job
+
+MODELS = """\
+from sqlalchemy import BigInteger, Column, MetaData, Table, Text
+
+from nilo_job.sqlalchemy_table import nilo_jobs_table
+
+metadata = MetaData()
+users = Table(
+    "users",
+    metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("email", Text, nullable=False),
+)
+nilo_jobs_table(metadata)
+"""
+"""The application's models: a table of its own, and nilo-job's beside it."""
+
+ran: list[int] = []
+
+
+@dataclasses.dataclass
+class Welcome:
+    nilo_job = "welcome"
+    retry = job.Retry.NONE
+
+    user_id: int
+
+    def run(self) -> None:
+        ran.append(self.user_id)
+
+
+def alembic(project: Path, *args: str) -> str:
+    """Run `alembic *args` in `project` and return what it printed (it logs to stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def project(pg_url: str, tmp_path: Path) -> Path:
+    """An application with an empty database and an Alembic environment over its models."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the fixture's table, made by nilo-job
+        for table in ("nilo_jobs", "nilo_jobs_done", "nilo_jobs_paused", "nilo_jobs_version"):
+            conn.execute(f"DROP TABLE {table}")  # type: ignore[arg-type]
+    alembic(tmp_path, "init", "migrations")
+    ini = tmp_path / "alembic.ini"
+    url = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    text, found = re.subn(
+        r"(?m)^sqlalchemy\.url = .*$", lambda _: f"sqlalchemy.url = {url}", ini.read_text()
+    )
+    assert found == 1
+    ini.write_text(text)
+    env = tmp_path / "migrations" / "env.py"
+    assert env.read_text().count("\ntarget_metadata = None\n") == 1
+    env.write_text(
+        env.read_text().replace(
+            "\ntarget_metadata = None\n",
+            "\nfrom models import metadata\ntarget_metadata = metadata\n",
+        )
+    )
+    (tmp_path / "models.py").write_text(MODELS)
+    return tmp_path
+
+
+def tables(pg_url: str) -> set[str]:
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def version_rows(pg_url: str) -> list[tuple[int, int]]:
+    with psycopg.connect(pg_url) as conn:
+        return [(r[0], r[1]) for r in conn.execute("SELECT * FROM nilo_jobs_version").fetchall()]
+
+
+def the_migration(project: Path, message: str) -> str:
+    """The text of the one migration whose message is `message`."""
+    (found,) = (p for p in (project / "migrations" / "versions").glob("*.py") if message in p.name)
+    return found.read_text()
+
+
+async def test_autogenerate_makes_the_tables_upgrade_makes_them_and_the_queue_works(
+    project: Path, pg_url: str
+) -> None:
+    said = alembic(project, "revision", "--autogenerate", "-m", "users_and_jobs")
+    for table in ("users", "nilo_jobs", "nilo_jobs_done", "nilo_jobs_paused", "nilo_jobs_version"):
+        assert f"Detected added table '{table}'" in said
+    for index in ("nilo_jobs_unique", "nilo_jobs_due", "nilo_jobs_lease", "nilo_jobs_dead"):
+        assert f"Detected added index '{index}'" in said
+    migration = the_migration(project, "users_and_jobs")
+    assert "postgresql_where=sa.text(\"state = 'queued'\")" in migration
+    assert "sa.Identity(always=True)" in migration
+    assert tables(pg_url) == {"alembic_version"}  # autogenerate only wrote the file
+
+    alembic(project, "upgrade", "head")
+    assert tables(pg_url) == {
+        "alembic_version", "users", "nilo_jobs", "nilo_jobs_done", "nilo_jobs_paused",
+        "nilo_jobs_version",
+    }  # fmt: skip
+    assert version_rows(pg_url) == []  # the migration records no version: the columns tell it
+
+    table = job.Table(pg_url)
+    try:
+        await table.check()
+        jobs = job.Jobs(kinds=[Welcome], store=table)
+        ran.clear()
+        first = await jobs.push(Welcome(7), unique="welcome:7")
+        assert first is not None
+        assert await jobs.push(Welcome(7), unique="welcome:7") is None
+        assert await jobs.drain() == 1
+        assert ran == [7]
+        done = await jobs.row(first)
+        assert done is not None
+        assert done.state == "done"
+
+        assert "No new upgrade operations detected." in alembic(project, "check")
+        await table.create_missing()  # what `nilo-job migrate` does: it records the version
+        assert version_rows(pg_url) == [(3, 1)]
+        assert "No new upgrade operations detected." in alembic(project, "check")
+        await table.check()
+    finally:
+        await table.close()
+
+
+async def test_a_table_an_older_migration_made_gets_this_versions_columns_from_autogenerate(
+    project: Path, pg_url: str
+) -> None:
+    alembic(project, "revision", "--autogenerate", "-m", "first")
+    alembic(project, "upgrade", "head")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as an older nilo-job's metadata had it
+        for column in ("pushed_at", "started_at", "worker"):
+            conn.execute(f"ALTER TABLE nilo_jobs DROP COLUMN {column}")  # type: ignore[arg-type]
+        conn.execute("DROP TABLE nilo_jobs_done")
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at) "
+            "VALUES ('welcome', '{\"user_id\": 9}', 'queued', 0)"
+        )
+    table = job.Table(pg_url)
+    try:
+        with pytest.raises(job.StoreUnavailable, match=r"is at version 2, from an older nilo-job"):
+            await table.check()
+
+        said = alembic(project, "revision", "--autogenerate", "-m", "nilo_job_3")
+        for column in ("pushed_at", "started_at", "worker"):
+            assert f"Detected added column 'nilo_jobs.{column}'" in said
+        assert "Detected added table 'nilo_jobs_done'" in said
+        assert "op.drop" not in the_migration(project, "nilo_job_3").split("def downgrade")[0]
+        alembic(project, "upgrade", "head")
+
+        await table.check()
+        ran.clear()
+        assert await job.Jobs(kinds=[Welcome], store=table).drain() == 1
+        assert ran == [9]  # the row the older table held, kept and run
+        assert "No new upgrade operations detected." in alembic(project, "check")
+    finally:
+        await table.close()
