@@ -9,7 +9,6 @@ push with a sentence naming the field, before anything is written.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 import re
@@ -24,6 +23,7 @@ from uuid import UUID
 
 import msgspec
 
+from ._classes import field_names, hints, is_pydantic, is_record
 from ._errors import BadPayload, Refusal
 
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
@@ -36,13 +36,28 @@ class Codec:
         Refusal: a field's type cannot round-trip through JSON; the message names the field.
     """
 
-    __slots__ = ("_decoder", "_encoder", "cls")
+    __slots__ = ("_decoder", "_encoder", "cls", "model")
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
+        self.model = is_pydantic(cls)  # a Pydantic model writes and reads its own JSON
         _check_fields(cls)
         self._encoder = msgspec.json.Encoder()
-        self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(cls)
+        self._decoder: msgspec.json.Decoder[Any] | None = (
+            None if self.model else msgspec.json.Decoder(cls)
+        )
+
+    def _write(self, value: object) -> bytes:
+        if self.model:
+            # A value of the wrong type (made with model_construct) is an error, not a warning.
+            dumped: str = value.model_dump_json(warnings="error")  # type: ignore[attr-defined]
+            return dumped.encode()
+        return self._encoder.encode(value)
+
+    def _read(self, data: bytes) -> Any:
+        if self._decoder is None:
+            return self.cls.model_validate_json(data)  # type: ignore[attr-defined]
+        return self._decoder.decode(data)
 
     def encode(self, value: object) -> bytes:
         """The JSON of `value`, checked to decode back to an equal value.
@@ -52,7 +67,7 @@ class Codec:
         """
         name = self.cls.__name__
         try:
-            data = self._encoder.encode(value)
+            data = self._write(value)
         except UnicodeEncodeError as error:
             raise Refusal(
                 f"{name} holds text that is not valid Unicode ({error.reason}: "
@@ -70,10 +85,12 @@ class Codec:
             raise Refusal(_too_deep(name, depth))
         # The common case costs a decode and an ==; the reasons are looked for only on failure.
         try:
-            back = self._decoder.decode(data)
+            back = self._read(data)
         except msgspec.ValidationError as error:
             raise Refusal(self._why(value, _explain(name, str(error)))) from None
-        except Exception as error:
+        except Exception as error:  # a Pydantic ValidationError among them
+            if self.model:
+                raise Refusal(self._why(value, _model_error(name, error))) from None
             raise Refusal(
                 f"{name} would not come back from JSON ({error}); nothing was pushed"
             ) from None
@@ -91,7 +108,12 @@ class Codec:
     def _why(self, value: object, otherwise: str) -> str:
         """Why `value` cannot be pushed: a float that is not finite (JSON writes it as null, so
         the decode fails or differs) is named first; else `otherwise`."""
-        where = _non_finite(msgspec.to_builtins(value), self.cls.__name__)
+        plain_value = (
+            value.model_dump()  # type: ignore[attr-defined]
+            if self.model
+            else msgspec.to_builtins(value)
+        )
+        where = _non_finite(plain_value, self.cls.__name__)
         if where is not None:
             otherwise = (
                 f"{where} holds a float that is not finite (NaN or infinity), which JSON cannot "
@@ -107,7 +129,7 @@ class Codec:
                 renamed, a type changed, text that is not UTF-8, nesting too deep to read).
         """
         try:
-            return self._decoder.decode(data)
+            return self._read(data)
         except Exception as error:  # RecursionError and the like too: a row, not the worker
             raise BadPayload(
                 f"its payload no longer fits {self.cls.__name__} ({type(error).__name__}: {error})"
@@ -173,12 +195,7 @@ def _equal(back: object, value: object) -> bool:
 
 def _difference(name: str, back: object, value: object) -> str:
     """A sentence naming the first field that did not come back as it went."""
-    fields = (
-        [field.name for field in dataclasses.fields(value)]
-        if dataclasses.is_dataclass(value)
-        else list(getattr(value, "__struct_fields__", ()))
-    )
-    for field in fields:
+    for field in field_names(type(value)):
         went, came = getattr(value, field, None), getattr(back, field, None)
         if went != came:
             return (
@@ -188,6 +205,17 @@ def _difference(name: str, back: object, value: object) -> str:
                 "convert the value first"
             )
     return f"{name} would not come back from JSON as it was pushed: check each field's value"
+
+
+def _model_error(name: str, error: Exception) -> str:
+    """A Pydantic ValidationError on the way back as a sentence naming the first field."""
+    errors = getattr(error, "errors", None)
+    found = errors() if callable(errors) else []
+    if found:
+        first = found[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return f"{name}.{where} would not come back from JSON: {first.get('msg', error)}"
+    return f"{name} would not come back from JSON ({error})"
 
 
 def _explain(name: str, message: str) -> str:
@@ -219,19 +247,14 @@ def _check_fields(cls: type) -> None:
     """Refuse, naming the field, a dataclass field whose type msgspec cannot decode."""
     name = cls.__name__
     try:
-        hints = typing.get_type_hints(cls)
+        types_of = hints(cls)
     except Exception as error:
         raise Refusal(
             f"{name}'s field annotations cannot be resolved ({type(error).__name__}: {error}): "
             "import every type a field names in the module that defines the class"
         ) from None
-    fields = (
-        [field.name for field in dataclasses.fields(cls)]
-        if dataclasses.is_dataclass(cls)
-        else list(getattr(cls, "__struct_fields__", ()))
-    )
-    for field in fields:
-        hint = hints.get(field, Any)
+    for field in field_names(cls):
+        hint = types_of.get(field, Any)
         bad = _unsupported(hint, set())
         if bad is not None:
             shown = getattr(bad, "__qualname__", None) or repr(bad).replace("typing.", "")
@@ -241,6 +264,8 @@ def _check_fields(cls: type) -> None:
                 "bool, an enum, a list, a dict with str keys, a dataclass, datetime, date, UUID, "
                 "Decimal or bytes, and look the rest up in run"
             ) from None
+    if is_pydantic(cls):
+        return  # Pydantic checks its own fields as the class is made
     try:
         msgspec.json.Decoder(cls)
     except TypeError as error:
@@ -281,12 +306,12 @@ def _unsupported(hint: Any, seen: set[int]) -> Any:
         return None
     if hint in (list, tuple, set, frozenset, dict):
         return None
-    if dataclasses.is_dataclass(hint) or issubclass(hint, msgspec.Struct) or _is_typed_record(hint):
+    if is_record(hint) or _is_typed_record(hint):
         if id(hint) in seen:
             return None
         seen.add(id(hint))
         try:
-            nested = typing.get_type_hints(hint)
+            nested = hints(hint)
         except Exception:
             return hint
         for field_hint in nested.values():

@@ -7,13 +7,13 @@ is a `Kind`, which the queue uses without looking at the class again.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._classes import field_names, is_record, required
 from ._codec import Codec
 from ._errors import Refusal, TimedOut
 from ._schedule import Schedule
@@ -109,15 +109,12 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
     if not isinstance(cls, type):
         raise Refusal(f"kinds=[...] holds {cls!r}, which is not a class: list the job classes")
     name = cls.__name__
-    if not dataclasses.is_dataclass(cls) and not hasattr(cls, "__struct_fields__"):
+    if not is_record(cls):
         raise Refusal(
-            f"{name} is not a dataclass: put @dataclass on it, so that its fields are the payload"
+            f"{name} is not a dataclass: put @dataclass on it (or make it a msgspec Struct or a "
+            "Pydantic model), so that its fields are the payload"
         )
-    fields = (
-        {field.name for field in dataclasses.fields(cls)}
-        if dataclasses.is_dataclass(cls)
-        else set(getattr(cls, "__struct_fields__", ()))
-    )
+    fields = set(field_names(cls))
     for setting in _SETTINGS:
         if setting in fields:
             raise Refusal(
@@ -263,23 +260,11 @@ def _read_schedule(cls: type) -> tuple[Schedule | None, Overlap | None, Missed |
             "`missed = job.Missed.DROP` (forget a tick later than its successor) or "
             "`missed = job.Missed.CATCH_UP` (run it once, then continue from the clock)"
         )
-    if dataclasses.is_dataclass(cls):
-        for field in dataclasses.fields(cls):
-            no_default = field.default is dataclasses.MISSING
-            if no_default and field.default_factory is dataclasses.MISSING and field.init:
-                raise Refusal(
-                    f"{name}.{field.name} has no default, and nobody pushes a scheduled job to "
-                    f"fill it in: give it one (`{field.name}: ... = ...`)"
-                )
-    else:  # a msgspec Struct: its fields without a default come first
-        fields: tuple[str, ...] = tuple(getattr(cls, "__struct_fields__", ()))
-        required = len(fields) - len(getattr(cls, "__struct_defaults__", ()))
-        if required > 0:
-            field_name = fields[0]
-            raise Refusal(
-                f"{name}.{field_name} has no default, and nobody pushes a scheduled job to "
-                f"fill it in: give it one (`{field_name}: ... = ...`)"
-            )
+    for field_name in required(cls)[:1]:
+        raise Refusal(
+            f"{name}.{field_name} has no default, and nobody pushes a scheduled job to "
+            f"fill it in: give it one (`{field_name}: ... = ...`)"
+        )
     return schedule, overlap, missed
 
 

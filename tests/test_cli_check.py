@@ -70,7 +70,8 @@ NO_RETRY = (
 )
 EVERY = [
     NO_RETRY,
-    "NotData is not a dataclass: put @dataclass on it, so that its fields are the payload",
+    "NotData is not a dataclass: put @dataclass on it (or make it a msgspec Struct or a "
+    "Pydantic model), so that its fields are the payload",
     "Fine and Twin both say nilo_job = 'fine': a kind's name is what a row carries, so give each "
     "class its own",
     "job.Jobs(workers=0) takes a positive int",
