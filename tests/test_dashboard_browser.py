@@ -233,11 +233,21 @@ class Page:
 
     def click_and_wait(self, element_id: str) -> None:
         """Click and wait for the next page to load (the old page's <html> goes stale)."""
-        from selenium.webdriver.support import expected_conditions
+        from selenium.common.exceptions import WebDriverException
 
         html = self.all("html")[0]
         self.by_id(element_id).click()
-        self.wait.until(expected_conditions.staleness_of(html))
+
+        def gone(_driver: Any) -> bool:
+            # Stale, or (Chromium, while the next page replaces it) "Node with given id does
+            # not belong to the document": either way the old page is gone.
+            try:
+                html.is_enabled()
+            except WebDriverException:
+                return True
+            return False
+
+        self.wait.until(gone)
 
     def log_in(self) -> None:
         self.open("/")
