@@ -197,7 +197,7 @@ class Jobs(Operating):
             statuses=statuses,
             ticks=ticks,
             wakeups=wakeups,
-            paused=self._server.pause,
+            paused=self._server.pauses.set,
         )
 
     def __repr__(self) -> str:

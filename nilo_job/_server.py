@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from ._clock import Clock, now_us
 from ._ends import Ends, released
@@ -25,6 +25,7 @@ from ._feed import Feed
 from ._identity import worker
 from ._kinds import Kind
 from ._observe import Observers
+from ._pauses import Pauses
 from ._prune import Pruner
 from ._runner import Runner
 from ._ticks import Ticks
@@ -83,7 +84,7 @@ class Server:
         self.store = store
         self.kinds = kinds
         self.names = tuple(kinds)  # the kinds serve runs
-        self.claimable = self.names  # and of those, the ones not paused
+        self.pauses = Pauses(store, wakeups, poll_ms)  # and of those, the ones not paused
         self.pruner = pruner
         self.clock = clock
         self.workers = workers
@@ -139,7 +140,8 @@ class Server:
         await self.store.open()
         await self.store.check()
         await self.clock.follow(self.store.now_us)
-        self.pause(await self.store.paused())
+        self.pauses.serve(self.names)
+        self.pauses.set(await self.store.paused())
         wakeup = self.wakeups.start(asyncio.get_running_loop())
         if ready is not None:
             ready.set()
@@ -149,16 +151,16 @@ class Server:
             self.wakeups.stop()
             raise
         self.task = asyncio.current_task()
-        feed = self.wakeups.feed = Feed(wakeup, self.claimable)
+        feed = self.wakeups.feed = Feed(wakeup, self.pauses.claimable)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
             asyncio.create_task(self.store.watch(self.wakeups.wake_at)),
-            asyncio.create_task(self._follow_pauses(wakeup)),
+            asyncio.create_task(self.pauses.follow()),
         ]
         if self.pruner is not None:
             helpers.append(asyncio.create_task(self.pruner.run()))
-        paused = [name for name in self.names if name not in self.claimable]
+        paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(
             "serving %s with %d workers%s", ", ".join(self.names), self.workers,
             f" ({', '.join(paused)} paused)" if paused else "",
@@ -177,35 +179,6 @@ class Server:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await helper
                 self.wakeups.stop()
-
-    def pause(self, paused: Collection[str]) -> None:
-        """Claim no row of the `paused` kinds from now on, and again rows of the others."""
-        claimable = tuple(name for name in self.names if name not in paused)
-        resumed = set(claimable) - set(self.claimable)
-        self.claimable = claimable
-        feed = self.wakeups.feed
-        if feed is not None:
-            feed.kinds = frozenset(claimable)
-        if resumed:
-            for name in sorted(resumed):
-                log.info("%s is resumed: claiming its rows again", name, extra={"kind": name})
-            self.wakeups.wake_at(None)
-
-    async def _follow_pauses(self, wakeup: asyncio.Event) -> None:
-        """Read which kinds are paused every `poll_ms` (a pause or resume from any process
-        takes effect here within it)."""
-        while True:
-            await asyncio.sleep(self.poll_ms / 1_000)
-            try:
-                paused = await self.store.paused()
-            except Exception as error:
-                log.debug("reading the paused kinds failed (%s)", error)
-                continue
-            before = set(self.claimable)
-            self.pause(paused)
-            for name in sorted(before - set(self.claimable)):
-                log.info("%s is paused: its rows wait until it is resumed", name,
-                         extra={"kind": name})  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def serving(
@@ -274,7 +247,7 @@ class Server:
             if self.ticks.scheduled and now - seeded_at > _SEED_EVERY_US:
                 seeded_at = now
                 await self._seed(now)
-            if not self.claimable:  # every kind served here is paused
+            if not self.pauses.claimable:  # every kind served here is paused
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(poll_s):
                         await wakeup.wait()
@@ -315,7 +288,9 @@ class Server:
         those rows would sit as running until their lease ran out.
         """
         claim = asyncio.ensure_future(
-            self.store.claim(self.claimable, now, now + self.lease_ms * 1_000, limit, worker())
+            self.store.claim(
+                self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
+            )
         )
         began = time.monotonic()
         try:
