@@ -207,7 +207,7 @@ class Operator:
             if target.state is not None:
                 wheres = [target]
         elif isinstance(target, Sequence) and not isinstance(target, str | bytes):
-            ids = [row_id for row_id in target if _row_id(row_id)]
+            ids = [row_id for row_id in target if is_row_id(row_id)]
             wheres = [
                 Where(state=s, ids=tuple(ids[i : i + BATCH]))
                 for s in states
@@ -294,7 +294,12 @@ class Operator:
         return flows
 
 
-def _row_id(row_id: object) -> bool:
+def is_row_id(row_id: object) -> bool:
+    """Whether `row_id` could name a row (a positive 64-bit int).
+
+    Raises:
+        Refusal: `row_id` is not an int.
+    """
     if isinstance(row_id, bool) or not isinstance(row_id, int):
         raise Refusal(f"a row id is the int that push returned, not {row_id!r}")
     return 0 < row_id <= INT64_MAX

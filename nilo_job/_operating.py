@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._errors import Refusal
-from ._operate import Operator
+from ._operate import Operator, is_row_id
 from ._prune import Pruner
 from ._views import Flow, Found, Row, Where
-from .store.contract import INT64_MAX, Store
+from .store.contract import Store
 
 
 class Operating:
@@ -146,14 +146,3 @@ class Operating:
         if self._pruner is None:
             return 0
         return await self._pruner.prune_at(now_us)
-
-
-def is_row_id(row_id: object) -> bool:
-    """Whether `row_id` could name a row.
-
-    Raises:
-        Refusal: `row_id` is not an int.
-    """
-    if isinstance(row_id, bool) or not isinstance(row_id, int):
-        raise Refusal(f"a row id is the int that push returned, not {row_id!r}")
-    return 0 < row_id <= INT64_MAX

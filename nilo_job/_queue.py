@@ -35,8 +35,8 @@ from ._ends import Ends
 from ._errors import Refusal
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
 from ._observe import Observer, Observers
-from ._operate import Operator
-from ._operating import Operating, is_row_id
+from ._operate import Operator, is_row_id
+from ._operating import Operating
 from ._producer import Producer
 from ._prune import Pruner
 from ._runner import Runner

@@ -6,20 +6,17 @@ Every wait is bounded."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from workers import procs_queue, start, stop
 
 import nilo_job as job
 
-HERE = Path(__file__).resolve().parent
 POLL_MS = 100
+FOUR = ("--workers", "4")
 
 pytestmark = pytest.mark.procs
 
@@ -41,32 +38,8 @@ def env(
 
 @pytest.fixture
 async def queue(env: dict[str, str]) -> AsyncIterator[job.Jobs]:
-    sys.modules.pop("procs_kinds", None)
-    sys.path.insert(0, str(HERE))
-    try:
-        import procs_kinds
-    finally:
-        sys.path.remove(str(HERE))
-    await procs_kinds.jobs.store.create_missing()
-    yield procs_kinds.jobs
-    await procs_kinds.jobs.store.close()
-    sys.modules.pop("procs_kinds", None)
-
-
-def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", "--workers", "4"],
-        cwd=HERE,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    return out.decode()
+    async for jobs in procs_queue():
+        yield jobs
 
 
 def runs(out: Path) -> list[int]:
@@ -97,7 +70,7 @@ async def test_a_pause_stops_every_worker_process_within_its_poll_and_resume_sta
 ) -> None:
     import procs_kinds
 
-    workers = [start(env), start(env)]
+    workers = [start(env, *FOUR), start(env, *FOUR)]
     try:
         await queue.push(procs_kinds.Record(0))
         await until("a worker to run the first row", lambda: runs(tmp_path) == [0])
@@ -115,7 +88,7 @@ async def test_a_pause_stops_every_worker_process_within_its_poll_and_resume_sta
         assert runs(tmp_path) == [0]
         assert await queue.count(job.Where(kind="record", state="queued")) == 20
         # A worker started now reads the pause from the table as it starts.
-        workers.append(start(env))
+        workers.append(start(env, *FOUR))
         await asyncio.sleep(10 * POLL_MS / 1_000)
         assert runs(tmp_path) == [0]
         resumed = time.monotonic()
@@ -125,6 +98,6 @@ async def test_a_pause_stops_every_worker_process_within_its_poll_and_resume_sta
         # Resumed within the poll, plus the runs themselves (generous: the machine is shared).
         assert time.monotonic() - resumed < 5.0
     finally:
-        outputs = [stop(proc) for proc in workers]
+        outputs = [stop(proc)[1] for proc in workers]
     assert all("Traceback" not in out for out in outputs), outputs
     assert await queue.count(job.Where(kind="record", state="done")) == 21

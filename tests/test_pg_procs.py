@@ -11,9 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from serving import listeners, listening
+from workers import procs_queue, start, stop
 
 import nilo_job as job
 
@@ -46,30 +44,8 @@ def env(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
 
 @pytest.fixture
 async def queue(env: dict[str, str]) -> AsyncIterator[job.Jobs]:
-    sys.modules.pop("procs_kinds", None)
-    import procs_kinds
-
-    yield procs_kinds.jobs
-    await procs_kinds.jobs.store.close()
-    sys.modules.pop("procs_kinds", None)
-
-
-def start(env: dict[str, str], *args: str, poll_ms: int | None = None) -> subprocess.Popen[bytes]:
-    extra = {} if poll_ms is None else {"NILO_TEST_POLL_MS": str(poll_ms)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", *args],
-        cwd=HERE,
-        env={**os.environ, **env, **extra},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    return proc.returncode, out.decode()
+    async for jobs in procs_queue():
+        yield jobs
 
 
 async def until(what: str, check: Callable[[], bool], seconds: float = 60.0) -> None:

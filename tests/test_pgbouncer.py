@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,6 +34,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 from serving import listeners, until
+from workers import procs_queue, start, stop
 
 import nilo_job as job
 
@@ -259,30 +259,8 @@ def env(
 
 @pytest.fixture
 async def queue(env: dict[str, str]) -> AsyncIterator[job.Jobs]:
-    sys.modules.pop("procs_kinds", None)
-    import procs_kinds
-
-    yield procs_kinds.jobs
-    await procs_kinds.jobs.store.close()
-    sys.modules.pop("procs_kinds", None)
-
-
-def start(env: dict[str, str], *args: str, poll_ms: int | None = None) -> subprocess.Popen[bytes]:
-    extra = {} if poll_ms is None else {"NILO_TEST_POLL_MS": str(poll_ms)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", *args],
-        cwd=HERE,
-        env={**os.environ, **env, **extra},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    return proc.returncode, out.decode()
+    async for jobs in procs_queue():
+        yield jobs
 
 
 async def wait_stamp(out: Path, n: int, seconds: float) -> None:

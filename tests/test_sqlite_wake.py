@@ -6,21 +6,20 @@ the poll, never a row). Every wait is bounded."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import workers
+from workers import procs_queue
 
 import nilo_job as job
 from nilo_job.store._sqlite_wake import Signals, folder_of
 
-HERE = Path(__file__).resolve().parent
 LONG_POLL_MS = 600_000  # a row that starts within a tenth of it was woken, not polled
 
 pytestmark = pytest.mark.procs
@@ -41,33 +40,16 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 @pytest.fixture
 async def queue(env: dict[str, str]) -> AsyncIterator[job.Jobs]:
-    sys.modules.pop("procs_kinds", None)
-    sys.path.insert(0, str(HERE))
-    try:
-        import procs_kinds
-    finally:
-        sys.path.remove(str(HERE))
-    await procs_kinds.jobs.store.create_missing()
-    yield procs_kinds.jobs
-    await procs_kinds.jobs.store.close()
-    sys.modules.pop("procs_kinds", None)
+    async for jobs in procs_queue():
+        yield jobs
 
 
 def start(env: dict[str, str], poll_ms: int = LONG_POLL_MS) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", "--workers", "2"],
-        cwd=HERE,
-        env={**os.environ, **env, "NILO_TEST_POLL_MS": str(poll_ms)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    return workers.start(env, "--workers", "2", poll_ms=poll_ms)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    return out.decode()
+    return workers.stop(proc)[1]
 
 
 def sockets(env: dict[str, str]) -> list[str]:
@@ -140,7 +122,7 @@ async def test_every_worker_process_is_woken(
 ) -> None:
     import procs_kinds
 
-    workers = [start(env) for _ in range(3)]
+    procs = [start(env) for _ in range(3)]
     try:
         await until("three sockets", lambda: len(sockets(env)) == 3)
         await asyncio.sleep(0.3)
@@ -154,7 +136,7 @@ async def test_every_worker_process_is_woken(
             assert time.monotonic() < deadline, await queue.stats()
             await asyncio.sleep(0.02)
     finally:
-        outputs = [stop(proc) for proc in workers]
+        outputs = [stop(proc) for proc in procs]
     assert all("Traceback" not in out for out in outputs), outputs
     assert await queue.count(job.Where(kind="record", state="done")) == 30
 

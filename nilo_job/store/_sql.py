@@ -91,39 +91,46 @@ def find_statement(
     state = check_state(where.state or "")
     mark = "%s" if postgres else "?"
     payload = "payload::text" if postgres else "payload"
+    columns = (_DONE_COLUMNS if state == "done" else _LIVE_COLUMNS).format(payload=payload)
+    body, params = _matching(where, state, postgres=postgres)
     order = _ORDER[state]
-    if state == "done":
-        sql = f"SELECT {_DONE_COLUMNS.format(payload=payload)} FROM nilo_jobs_done WHERE TRUE"
-        params: list[object] = []
-    else:
-        sql = f"SELECT {_LIVE_COLUMNS.format(payload=payload)} FROM nilo_jobs WHERE state = {mark}"
-        params = [state]
-    for column, value in (("kind", where.kind), ("error", where.error), ("unique_key", where.key)):
-        if value is not None:
-            sql += f" AND {column} = {mark}"
-            params.append(value)
-    if where.ids is not None:
-        if postgres:
-            sql += " AND id = ANY(%s)"
-            params.append(list(where.ids))
-        else:
-            sql += " AND id IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(list(where.ids)))
     newest_first = state in NEWEST_FIRST
     if after is not None:
-        sql += f" AND ({order}, id) {'<' if newest_first else '>'} ({mark}, {mark})"
+        body += f" AND ({order}, id) {'<' if newest_first else '>'} ({mark}, {mark})"
         params.extend(after)
     direction = " DESC" if newest_first else ""
-    sql += f" ORDER BY {order}{direction}, id{direction} LIMIT {mark}"
-    params.append(limit)
-    return sql, params
+    sql = f"SELECT {columns} {body} ORDER BY {order}{direction}, id{direction} LIMIT {mark}"
+    return sql, [*params, limit]
 
 
 def count_statement(where: Where, *, postgres: bool) -> tuple[str, list[object]]:
     """The SELECT count(*) of `where`'s rows, and its parameters (as for `find_statement`)."""
-    sql, params = find_statement(where, None, 0, postgres=postgres)
-    body = sql.split(" FROM ", 1)[1].rsplit(" ORDER BY ", 1)[0]
-    return f"SELECT count(*) FROM {body}", params[:-1]
+    body, params = _matching(where, check_state(where.state or ""), postgres=postgres)
+    return f"SELECT count(*) {body}", params
+
+
+def _matching(where: Where, state: str, *, postgres: bool) -> tuple[str, list[object]]:
+    """`FROM … WHERE …` of the rows of `state` that match `where`, and its parameters: only
+    the filters that are set."""
+    mark = "%s" if postgres else "?"
+    params: list[object] = [] if state == "done" else [state]
+    body = (
+        "FROM nilo_jobs_done WHERE TRUE"
+        if state == "done"
+        else f"FROM nilo_jobs WHERE state = {mark}"
+    )
+    for column, value in (("kind", where.kind), ("error", where.error), ("unique_key", where.key)):
+        if value is not None:
+            body += f" AND {column} = {mark}"
+            params.append(value)
+    if where.ids is not None:
+        if postgres:
+            body += " AND id = ANY(%s)"
+            params.append(list(where.ids))
+        else:
+            body += " AND id IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(list(where.ids)))
+    return body, params
 
 
 def row_view(r: Any) -> RowView:

@@ -285,7 +285,7 @@ class SqliteTable(Reading):
     async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
         again = await self._ids("retry_many", ids, now_us)
         if again:
-            await self._db.call(lambda conn: self._signals.send(now_us))
+            self._signals.send(now_us)  # thread-safe and non-blocking: no hop to the thread
         return again
 
     async def cancel_many(self, ids: Sequence[int]) -> list[int]:
