@@ -257,15 +257,33 @@ def child_argv(action: str, args: argparse.Namespace, **overrides: Any) -> list[
     return argv
 
 
+def event_loop(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The loop factory for `choice` and its name: "auto" is uvloop when it is installed (what
+    `nilo-job worker --loop auto` runs on, and what uvicorn picks), else asyncio's own; the
+    peers run on asyncio's own, their default."""
+    if choice == "auto" and os.environ.get("NILO_BENCH_LOOP", "auto") == "auto":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop, f"uvloop {uvloop.__version__}"
+    return None, "asyncio"
+
+
 def main(
     actions: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any] | None]]],
+    *,
+    loop: str = "asyncio",
 ) -> None:
-    """Parse the command line and run one action; emit its result, then leave at once.
+    """Parse the command line and run one action on the event loop `loop` picks (see
+    `event_loop`); emit its result, then leave at once.
 
     Leaving with `os._exit` keeps a peer's slow or hanging shutdown out of the benchmark: the
     database is dropped with FORCE afterwards either way.
     """
     args = arguments(list(actions))
+    factory, _name = event_loop(loop)
 
     async def run() -> None:
         result = await actions[args.action](args)
@@ -275,7 +293,11 @@ def main(
         sys.stderr.flush()
         os._exit(0)
 
-    asyncio.run(run())
+    if factory is None:
+        asyncio.run(run())
+    else:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(run())
 
 
 class StatementCount:

@@ -117,27 +117,37 @@ async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
     async def nilo_push(i: int) -> None:
         await jobs.push(Noop(i))
 
-    both = [("nilo", nilo_push), ("raw", raw_insert)]
+    import psycopg
+
+    sync_conn = psycopg.connect(args.url, autocommit=True)
+
+    async def raw_sync_insert(i: int) -> None:
+        sync_conn.execute(raw.PG_INSERT, (raw.payload(i), raw.now_us())).fetchone()
+
+    both = [("nilo", nilo_push), ("raw", raw_insert), ("raw_sync", raw_sync_insert)]
     for i in range(20):  # not timed: connections opened, statements prepared, for both
         for _name, push in both:
             await push(-1 - i)
-    spent = {"nilo": 0, "raw": 0}
+    spent = {"nilo": 0, "raw": 0, "raw_sync": 0}
     watch = common.Stopwatch(args.cap_s)
     for i in range(args.jobs):
         if watch.over():
             break
-        for name, push in both if i % 2 else both[::-1]:
+        for name, push in both[i % 3 :] + both[: i % 3]:  # each goes first in turn
             began = time.perf_counter_ns()
             await push(i)
             spent[name] += time.perf_counter_ns() - began
         watch.done += 1
     await conn.close()
-    nilo_s, raw_s = spent["nilo"] / 1e9, spent["raw"] / 1e9
+    sync_conn.close()
+    nilo_s, raw_s, sync_s = (spent[name] / 1e9 for name in ("nilo", "raw", "raw_sync"))
     return common.rate(
         watch.done,
         nilo_s,
         raw_rate=watch.done / raw_s,
         ratio=raw_s / nilo_s,
+        raw_sync_rate=watch.done / sync_s,
+        ratio_sync=sync_s / nilo_s,
         capped=watch.done < args.jobs,
     )
 
@@ -403,5 +413,6 @@ if __name__ == "__main__":
             "w3_xproc": w3_xproc,
             "idle_worker": idle_worker,
             "claim_cost": claim_cost,
-        }
+        },
+        loop="auto",
     )

@@ -334,5 +334,6 @@ if __name__ == "__main__":
             "w1_bulk": w1_bulk,
             "w2": w2,
             "w3_inproc": w3_inproc,
-        }
+        },
+        loop="auto",
     )

@@ -159,6 +159,7 @@ def all_cases() -> list[Case]:
     add("w3_inproc", "sqlite", "nilo", "w3_inproc")
     add("w3_inproc", "sqlite", "raw", "w3_inproc")
     add("w3_xproc", "sqlite", "nilo", "w3_xproc")
+    add("w3_xproc", "sqlite", "huey", "w3_xproc")
     add("idle", "sqlite", "nilo", "idle_worker")
     add("idle", "sqlite", "huey", "idle_worker")
     add("claim", "sqlite", "nilo", "claim_cost")
@@ -728,6 +729,19 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[Target]:
             f"{_fmt(ratio(get('pg/w1_one/nilo', 'rate'), get('pg/w1_one/raw', 'rate')), 2)} ×)",
         ),
         Target(
+            "w1_one_sync", "W1 one by one, one producer, PG, against sync psycopg", ">=", 0.8,
+            get("pg/w1_one/nilo_paired", "ratio_sync"),
+            "nilo ÷ raw INSERT with psycopg's sync connection (autocommit, one connection), "
+            "alternated push by push in one process",
+        ),
+        Target(
+            "w1_one_sqlite", "W1 one by one, SQLite", ">=", 1.0,
+            ratio(get("sqlite/w1_one/nilo", "rate"), get("sqlite/w1_one/huey", "rate")),
+            "nilo ÷ huey, both WAL and synchronous=FULL (raw INSERT with FULL: "
+            f"{_fmt(ratio(get('sqlite/w1_one/nilo', 'rate'), get('sqlite/w1_one/raw', 'rate')), 2)}"
+            " ×)",
+        ),
+        Target(
             "w1_pool16", "W1 16 concurrent producers on a pool, PG", ">=", 0.8,
             ratio(get("pg/w1_pool16/nilo", "rate"), get("pg/w1_pool16/raw", "rate")),
             "nilo (pool of 4) ÷ raw INSERT (autocommit) on 4 connections",
@@ -738,7 +752,7 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[Target]:
             "nilo push_many ÷ pgqueuer enqueue(lists), batches of 1,000",
         ),
         Target(
-            "w2_pg", "W2, 1 process × 4, PG", ">=", 2.0,
+            "w2_pg", "W2, 1 process × 4, PG", ">=", 3.0,
             ratio(get("pg/w2_1x4/nilo", "rate"), get("pg/w2_1x4/pgqueuer", "rate")),
             "nilo ÷ pgqueuer with its defaults",
         ),
@@ -748,9 +762,19 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[Target]:
             "nilo ÷ huey (4 worker threads)",
         ),
         Target(
-            "w3_xproc", "W3 across processes, PG, p50", "<=", 0.5,
+            "w3_xproc", "W3 across processes, PG, p50", "<=", 0.6,
             ratio(get("pg/w3_xproc/nilo", "p50_ms"), get("pg/w3_xproc/pgqueuer", "p50_ms")),
             "nilo p50 ÷ pgqueuer p50",
+        ),
+        Target(
+            "w3_xproc_sqlite", "W3 across processes, SQLite, p50", "<=", 5.0,
+            get("sqlite/w3_xproc/nilo", "p50_ms"),
+            "nilo p50 (huey's: "
+            f"{_fmt(get('sqlite/w3_xproc/huey', 'p50_ms'), 1)} ms)", "ms",
+        ),
+        Target(
+            "w3_xproc_sqlite_p99", "W3 across processes, SQLite, p99", "<=", 20.0,
+            get("sqlite/w3_xproc/nilo", "p99_ms"), "nilo p99", "ms",
         ),
         Target(
             "w3_inproc_pg", "W3 in one process, p50, PG", "<=", 0.5,
@@ -791,6 +815,14 @@ def _fmt(value: Any, digits: int = 0) -> str:
     if digits == 0:
         return f"{value:,.0f}"
     return f"{value:,.{digits}f}"
+
+
+def _our_loop() -> str:
+    """The event loop nilo-job's and raw SQL's scripts run on (`common.event_loop("auto")`)."""
+    sys.path.insert(0, str(BENCH))
+    import common
+
+    return common.event_loop("auto")[1]
 
 
 def machine() -> dict[str, Any]:
@@ -835,6 +867,11 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
         f"- SQLite {meta['machine']['sqlite']} (nilo-job and huey: WAL, synchronous=FULL)",
         f"- Python {meta['machine']['python']} (nilo-job, raw SQL); peers' venv: Python "
         f"{meta.get('peers_python', '?')}",
+        f"- event loop: nilo-job and raw SQL on {meta.get('loop', 'asyncio')} (uvloop when it is "
+        "installed, as `nilo-job worker --loop auto` and uvicorn pick it; "
+        "`NILO_BENCH_LOOP=asyncio` for asyncio's own); pgqueuer and oban on uvloop too, as "
+        "their command lines run when it is installed (pgqueuer depends on it); procrastinate "
+        "on asyncio's own",
         f"- nilo-job at {meta['machine'].get('nilo_job_commit', '?')}; the run used a copy of "
         f"`nilo_job/` taken at its start (sources hash {meta.get('nilo_job_snapshot', '?')})",
         "- peers: "
@@ -965,8 +1002,10 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
                 lines.append(
                     f"\nAlternated push by push in one process (`w1_paired`, the target's "
                     f"figure): nilo {_fmt(paired.get('rate'))} jobs/s, raw SQL "
-                    f"{_fmt(paired.get('raw_rate'))} jobs/s; nilo ÷ raw "
-                    f"{_fmt(paired.get('ratio'), 2)} (median of the runs' ratios)."
+                    f"{_fmt(paired.get('raw_rate'))} jobs/s (psycopg async), raw SQL "
+                    f"{_fmt(paired.get('raw_sync_rate'))} jobs/s (psycopg sync); nilo ÷ raw "
+                    f"async {_fmt(paired.get('ratio'), 2)}, nilo ÷ raw sync "
+                    f"{_fmt(paired.get('ratio_sync'), 2)} (medians of the runs' ratios)."
                 )
             lines += _errors(summary, keys)
     lines += ["", "## Notes", ""]
@@ -1113,6 +1152,7 @@ def main() -> int:
         "peers": env.versions,
         "peers_python": _peers_python_version(env),
         "missing": env.missing,
+        "loop": _our_loop(),
     }
     if "pg" in stores:
         try:

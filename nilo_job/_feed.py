@@ -12,9 +12,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 from collections.abc import Sequence
 
 from .store.contract import Claimed
+
+
+def settle(freed: asyncio.Future[None]) -> None:
+    """Free the worker waiting on `freed` (its row's run no longer needs it), unless it is."""
+    if not freed.done():
+        freed.set_result(None)
 
 
 class Feed:
@@ -39,6 +46,16 @@ class Feed:
         self.busy_since: dict[asyncio.Future[None], float] = {}
         self.promised = 0  # idle workers a push in flight is claiming a row for
         self.closed = False
+
+    def started(self, task: asyncio.Task[None], freed: asyncio.Future[None]) -> None:
+        """`task` runs a row that a worker waiting on `freed` took: it is among `tasks` until
+        it ends, and its end frees that worker if its run had not."""
+        self.tasks.add(task)
+        task.add_done_callback(functools.partial(self._ended, freed))
+
+    def _ended(self, freed: asyncio.Future[None], task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        settle(freed)
 
     def has_unpromised_idle(self) -> bool:
         """Whether a worker waits with no row promised to it by a push in flight."""

@@ -31,9 +31,10 @@ class Grouped(Generic[T, R]):
     a context of its own (no caller's contextvars), since it is no one caller's.
 
     Two kinds of caller:
-    - `detached=False` (pushes): a call made while none is in flight writes its item at once,
-      in the caller's own task and context; an item whose caller is cancelled before its group
-      was sent is dropped.
+    - `detached=False` (pushes): a call made while none is in flight lets the loop turn once
+      (so that callers ready in that turn join it), then writes its item in the caller's own
+      task and context when it is still alone, or as the first of a group; an item whose caller
+      is cancelled before its group was sent is dropped.
     - `detached=True` (the ends of runs): every write runs in a task of this object's own and
       goes to the end even when its callers are cancelled; `idle()` waits for it.
     """
@@ -106,6 +107,19 @@ class Grouped(Generic[T, R]):
             future: asyncio.Future[R] = loop.create_future()
             self.pending.append((item, future, None))
             return await future
+        try:
+            # One turn of the loop first: the callers ready in it join this write as a group,
+            # instead of each waiting for the one before (a write may not yield: SQLite's
+            # single push is written on this thread).
+            await asyncio.sleep(0)
+        except BaseException:
+            self._next(loop)
+            raise
+        if self.pending:
+            mine: asyncio.Future[R] = loop.create_future()
+            self.pending.insert(0, (item, mine, None))
+            self._next(loop)
+            return await mine
         self.flying = [item]
         try:
             (answer,) = await self.write([item])

@@ -181,10 +181,11 @@ class Runner:
         error: BaseException | None = None
         watch = self.observers.running(kind.name, tick)
         returned: object = None
-        log.debug(
-            "%s row %d: attempt %d started", kind.name, row.id, row.attempts,
-            extra={"kind": kind.name, "row": row.id, "attempt": row.attempts},
-        )  # fmt: skip
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s row %d: attempt %d started", kind.name, row.id, row.attempts,
+                extra={"kind": kind.name, "row": row.id, "attempt": row.attempts},
+            )  # fmt: skip
         began = time.monotonic()
         try:
             # Inside the try: a stop while the status is written gives the row back too.

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from ._clock import Clock, now_us
 from ._ends import Ends, released
 from ._errors import Refusal
-from ._feed import Feed
+from ._feed import Feed, settle
 from ._identity import worker
 from ._kinds import Kind
 from ._observe import Observers
@@ -37,14 +37,8 @@ log = logging.getLogger("nilo_job")
 _CLOCK_EVERY_US = 60_000_000  # how often serve measures the store's clock again
 _SEED_EVERY_US = 60_000_000  # and seeds every schedule again (a tick row deleted by hand)
 _AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
-_AHEAD_MAX = 8  # and at most this many rows per worker
+_AHEAD_MAX = 16  # and at most this many rows per worker
 _WAIT_MOST_S = 0.25  # a row claimed ahead and not started after this long is given back
-
-
-def _settle(future: asyncio.Future[None], *_done: object) -> None:
-    """Resolve `future` unless it is already (a callback for free() and for a task's end)."""
-    if not future.done():
-        future.set_result(None)
 
 
 class Server:
@@ -336,10 +330,8 @@ class Server:
             freed: asyncio.Future[None] = loop.create_future()
             # A task of its own, so that each run has its own context (contextvars); it goes
             # on writing the end after freeing its worker, which takes the next row.
-            task = asyncio.create_task(self._execute(row, functools.partial(_settle, freed)))
-            feed.tasks.add(task)
-            task.add_done_callback(feed.tasks.discard)
-            task.add_done_callback(functools.partial(_settle, freed))
+            task = asyncio.create_task(self._execute(row, functools.partial(settle, freed)))
+            feed.started(task, freed)
             feed.busy_since[freed] = loop.time()
             try:
                 await freed

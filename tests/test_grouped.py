@@ -49,14 +49,34 @@ async def test_pushes_that_arrive_together_share_a_write_and_get_their_own_ids(
     ids = await asyncio.gather(*(jobs.push(Mail(f"{n}@example.com")) for n in range(40)))
     assert len(set(ids)) == 40
     assert None not in ids
-    assert sum(counting.calls) == 40
-    assert counting.calls[0] == 1  # the first goes at once, alone
-    assert len(counting.calls) < 40  # the rest went in groups
+    assert counting.calls == [40]  # pushed in one turn of the loop: one write for all
     assert (await jobs.stats()).queued == 40
     # Each id is the row of its own value.
     rows = {row.id: row.payload for row in await store.rows("queued", 100)}
     for n, row_id in enumerate(ids):
         assert rows[row_id] == f'{{"to":"{n}@example.com"}}'.encode()
+
+
+async def test_a_push_alone_is_written_alone_and_pushes_one_after_another_each_alone(
+    store: Store,
+) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    counting = Counting(store)
+    for n in range(3):
+        await jobs.push(Mail(f"{n}@example.com"))
+    assert counting.calls == [1, 1, 1]
+
+
+async def test_a_push_cancelled_in_its_turn_of_the_loop_writes_nothing(store: Store) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    push = asyncio.create_task(jobs.push(Mail("never")))
+    await asyncio.sleep(0)  # the push has started, and lets the loop turn before it writes
+    push.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await push
+    assert (await jobs.stats()).queued == 0
+    assert isinstance(await jobs.push(Mail("after")), int)  # the group is free again
+    assert (await jobs.stats()).queued == 1
 
 
 async def test_a_unique_key_pushed_ten_times_at_once_is_one_row(store: Store) -> None:

@@ -9,6 +9,7 @@ less work per job than a queue that keeps the row until the run ends.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import sqlite3
@@ -90,6 +91,31 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+async def w3_worker(args: argparse.Namespace) -> None:
+    """The idle worker process of cross-process W3: huey's consumer with its defaults (one
+    worker thread, polling from 0.1 s, backing off to 10 s while idle); a `START i ns` line
+    per run."""
+    global _on_run
+    huey, _noop = make_huey(args.url)
+    _on_run = common.start_mark
+    consumer = huey.create_consumer(worker_type="thread")
+    consumer.start()
+    os.write(1, b"READY\n")
+    await asyncio.Event().wait()
+
+
+async def w3_xproc(args: argparse.Namespace) -> dict[str, Any]:
+    """A producer here (`noop(i)`, its own commit), huey's consumer in another process."""
+    _huey, noop = make_huey(args.url)
+
+    async def push(i: int) -> None:
+        noop(i)
+
+    return await common.cross_process_latency(
+        common.child_argv("w3_worker", args), push, args.samples
+    )
+
+
 async def idle_worker(args: argparse.Namespace) -> None:
     statements = common.StatementCount()
     huey, _noop = make_huey(args.url)
@@ -99,4 +125,12 @@ async def idle_worker(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    common.main({"w1_one": w1_one, "w2": w2, "idle_worker": idle_worker})
+    common.main(
+        {
+            "w1_one": w1_one,
+            "w2": w2,
+            "w3_worker": w3_worker,
+            "w3_xproc": w3_xproc,
+            "idle_worker": idle_worker,
+        }
+    )

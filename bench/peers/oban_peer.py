@@ -201,5 +201,6 @@ if __name__ == "__main__":
             "w3_worker": w3_worker,
             "w3_xproc": w3_xproc,
             "idle_worker": idle_worker,
-        }
+        },
+        loop="auto",  # its CLI runs on uvloop when installed (it is: a dependency)
     )

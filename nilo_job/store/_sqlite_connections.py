@@ -1,7 +1,10 @@
-"""The SQLite store's connections: one thread of its own, two connections in it, and forks.
+"""The SQLite store's connections: one thread of its own, two connections in it, one for a
+push written where it was made, and forks.
 
 Every call of the SQLite store runs here, in one thread of the store's own, so the event loop
-never waits on the file. The main connection (pushes, operator calls) commits with the store's
+never waits on another process's lock or on a long write, with one exception: a single push,
+which `here` writes on the caller's own thread when that costs no wait (see `here`). The main
+connection (pushes, operator calls) commits with the store's
 `synchronous` (FULL by default: a committed push survives a power cut); the workers' connection
 (claims, ends, hand-ons) commits with `synchronous = NORMAL`, since losing one of those can only
 make a row run again. The database is in WAL mode with a busy timeout; every write is a
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +30,10 @@ from .._errors import StoreUnavailable
 from . import _schema
 
 T = TypeVar("T")
+
+HERE_MOST_S = 0.001  # writes `here` slower than this on average send pushes to the thread
+HERE_REST = 1_000  # how many: then `here` is tried again, its average forgotten
+_clock = time.perf_counter  # how long a write `here` took (seconds)
 
 
 def _text(data: bytes) -> str:
@@ -52,6 +60,11 @@ class Connections:
         self._work_conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pid = os.getpid()
+        # The connection of `here`: whichever thread takes the lock first uses it.
+        self._here_conn: sqlite3.Connection | None = None
+        self._here_lock = threading.Lock()
+        self._here_rest = 0  # pushes left to send to the thread after slow writes here
+        self._here_mean_s = 0.0  # the writes' moving average (the last ~16 count)
 
     async def call(self, fn: Callable[[sqlite3.Connection], T], *, work: bool = False) -> T:
         """`fn(connection)` in the store's thread; `work` picks the workers' connection.
@@ -65,11 +78,51 @@ class Connections:
             # A forked child: the parent's thread is not here, and its connections are not
             # ours to use or close. Start afresh.
             self._pid, self._executor = os.getpid(), None
-            self._conn = self._work_conn = None
+            self._conn = self._work_conn = self._here_conn = None
+            self._here_lock = threading.Lock()
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="nilo-job-sqlite")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._with_conn, fn, work)
+
+    def here(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        """`fn(connection)` on the caller's own thread, or None (not run) when that would mean a
+        wait; the caller then goes to the store's thread with `call`.
+
+        For a single push: one `INSERT`, a statement that commits on its own, costs less than the
+        hop to the store's thread and back (two thread wake-ups), so it is written where it was
+        made, with the main connection's `synchronous` (FULL by default: as durable as a push
+        in the thread). It is never a wait on someone else: the connection has no busy timeout,
+        so a write lock held by another connection or process makes it give up at once, as does
+        this connection being in use by another thread; and when its writes take longer than
+        `HERE_MOST_S` on average (a slow or busy disk), the next `HERE_REST` pushes go to the
+        store's thread. (The checkpoint SQLite runs every 1,000 pages of log is done by
+        whichever connection commits then; for a queue's few pages it takes a millisecond or
+        two.) Any error gives up too (nothing was written: the statement
+        is all or nothing), and the store's thread runs `fn` again and says what went wrong.
+        `fn` must not return None.
+        """
+        if self.path == ":memory:" or self._pid != os.getpid() or self._conn is None:
+            return None  # a private database lives in the thread's connection; a fork; not open
+        if not self._here_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._here_rest > 0:
+                self._here_rest -= 1
+                return None
+            began = _clock()
+            try:
+                if self._here_conn is None:
+                    self._here_conn = self._connect(self.synchronous, here=True)
+                answer = fn(self._here_conn)
+            except (sqlite3.Error, StoreUnavailable):
+                return None
+            self._here_mean_s += (_clock() - began - self._here_mean_s) / 16
+            if self._here_mean_s > HERE_MOST_S:
+                self._here_rest, self._here_mean_s = HERE_REST, 0.0
+            return answer
+        finally:
+            self._here_lock.release()
 
     def _with_conn(self, fn: Callable[[sqlite3.Connection], T], work: bool) -> T:
         if self._conn is None:
@@ -97,7 +150,9 @@ class Connections:
                 ) from error
             raise StoreUnavailable(f"SQLite at {self.path}: {error}") from error
 
-    def _connect(self, synchronous: str) -> sqlite3.Connection:
+    def _connect(self, synchronous: str, *, here: bool = False) -> sqlite3.Connection:
+        """A connection with the store's settings; `here`: for `here`, with no busy timeout and
+        no `journal_mode` to set (the thread's connection set WAL, which the file keeps)."""
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -108,9 +163,12 @@ class Connections:
             # Text that is not UTF-8 (a row some other program wrote) is read, not a failure of
             # the whole statement: each reader says what was wrong with the row.
             conn.text_factory = _text
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            if self.path != ":memory:":
-                self.retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+            if here:
+                conn.execute("PRAGMA busy_timeout = 0")
+            else:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                if self.path != ":memory:":
+                    self.retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {synchronous}")
         except sqlite3.Error as error:
             raise StoreUnavailable(f"cannot open SQLite database {self.path}: {error}") from error
@@ -152,6 +210,10 @@ class Connections:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        with self._here_lock:
+            here, self._here_conn = self._here_conn, None
+            if here is not None and self._pid == os.getpid():
+                here.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(executor, self._close_conn)
         executor.shutdown(wait=True)

@@ -181,7 +181,7 @@ SELECT count(*) FROM gone;
 
 -- name: keep_many
 WITH ends AS (
-    SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::bigint[], %s::bigint[], %s::text[])
+    SELECT * FROM unnest(%b::bigint[], %b::integer[], %b::bigint[], %b::bigint[], %b::text[])
         AS e(id, attempts, started_at, finished_at, result)
 ), gone AS (
     DELETE FROM nilo_jobs AS job USING ends
@@ -199,7 +199,7 @@ SELECT id FROM gone;
 
 -- name: done_many
 DELETE FROM nilo_jobs AS job
-USING unnest(%s::bigint[], %s::integer[]) AS done(id, attempts)
+USING unnest(%b::bigint[], %b::integer[]) AS done(id, attempts)
 WHERE job.id = done.id AND job.attempts = done.attempts AND job.state = 'running'
 RETURNING job.id;
 

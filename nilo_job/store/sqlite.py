@@ -1,8 +1,10 @@
 """The SQLite store: `job.Table("sqlite:///path")`, the queue in a file beside your own tables.
 
-Its calls run in one thread of the store's own, so the event loop never waits on the file
-(`_sqlite_connections`: the thread, its connections, WAL, the busy timeout, forks); this module
-holds the statements and what they answer. A claim is one `UPDATE … RETURNING` that can take
+Its calls run in one thread of the store's own, so the event loop never waits on another
+process's lock (`_sqlite_connections`: the thread, its connections, WAL, the busy timeout,
+forks), except a single push, which is written on the caller's thread when the write lock is
+free at once (one INSERT costs less than the hop to the thread); this module holds the
+statements and what they answer. A claim is one `UPDATE … RETURNING` that can take
 several rows. Several processes may share one file: the write lock serialises their claims, and
 a lost race is a wait, never a "database is locked" for you.
 """
@@ -166,6 +168,12 @@ class SqliteTable(Reading):
     # ---------------------------------------------------------------------------------- rows
 
     async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        if len(rows) == 1:  # written on this thread when that costs no wait (Connections.here)
+            ids = self._db.here(lambda conn: _insert(conn, rows))
+            if ids is not None:
+                self._tell(rows, ids)
+                return ids
+
         def push(conn: sqlite3.Connection) -> list[int | None]:
             if len(rows) == 1:
                 # One INSERT is its own transaction: no BEGIN and COMMIT to send around it.
@@ -367,8 +375,8 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
                 row.pushed_at if claimed else None,
                 row.worker if claimed else None,
             ),
-        ).fetchone()
-        answers.append(None if found is None else found[0])
+        ).fetchall()  # to the statement's end: its commit, when it is its own transaction
+        answers.append(found[0][0] if found else None)
     return answers
 
 
