@@ -147,7 +147,8 @@ class Producer:
                     row_id = await self.grouped(row)
                 else:
                     row_id = await self._push_claimed(feed, kind, row, claimed_at)
-                self.observers.pushed([row], [row_id])
+                if self.observers.all:
+                    self.observers.pushed([row], [row_id])
         except BaseException:
             if within is not None:
                 await within.delete(mark)
@@ -155,7 +156,8 @@ class Producer:
         if row_id is None:
             return None
         try:
-            await self.statuses.put(row_id, State.QUEUED, 0)  # before the run's own statuses
+            if self.statuses.space is not None:  # before the run's own statuses
+                await self.statuses.put(row_id, State.QUEUED, 0)
         finally:
             if feed is None:
                 self.wakeups.wake_at(row.run_at)

@@ -28,6 +28,7 @@ from ._observe import Observers
 from ._pauses import Pauses
 from ._prune import Pruner
 from ._runner import Runner
+from ._tasks import cancel_and_wait, stop_if_cancelled
 from ._ticks import Ticks
 from ._wakeups import Wakeups
 from .store.contract import Claimed, Store
@@ -169,9 +170,7 @@ class Server:
             finally:
                 self.wakeups.feed = None
                 self.ends.group = None
-                for helper in helpers:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await helper
+                await cancel_and_wait(helpers)
                 self.wakeups.stop()
 
     @contextlib.asynccontextmanager
@@ -216,6 +215,7 @@ class Server:
         poll_s = self.poll_ms / 1_000
         seeded_at = self.clock.now()  # serve seeded as it started
         while True:
+            stop_if_cancelled()
             wakeup.clear()
             if feed.rows:
                 # Rows claimed ahead that no worker took in time (the workers are on long
@@ -383,9 +383,7 @@ class Server:
         if late:
             log.warning("cancelled %d runs past the grace period; their rows are queued again",
                         len(late))  # fmt: skip
-        for task in (*late, *workers):
-            task.cancel()
-        await asyncio.wait({*late, *workers})
+        await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
         await self.ends.stop_grouping()

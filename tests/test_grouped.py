@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
+from nilo_job._grouped import Grouped
 from nilo_job.store.contract import NewRow, Store
 
 
@@ -65,6 +66,43 @@ async def test_a_push_alone_is_written_alone_and_pushes_one_after_another_each_a
     for n in range(3):
         await jobs.push(Mail(f"{n}@example.com"))
     assert counting.calls == [1, 1, 1]
+
+
+async def test_a_burst_after_a_lone_push_is_grouped_within_a_few_writes(store: Store) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    counting = Counting(store)
+    await jobs.push(Mail("alone@example.com"))  # its turn finds nobody: the next few skip it
+    ids = await asyncio.gather(*(jobs.push(Mail(f"{n}@example.com")) for n in range(40)))
+    assert len(set(ids)) == 40
+    assert sum(counting.calls) == 41
+    # At most SKIP_TURNS pushes go alone before one takes its turn and finds the rest.
+    assert len(counting.calls) <= 2 + Grouped.SKIP_TURNS
+    assert max(counting.calls) >= 40 - Grouped.SKIP_TURNS
+    assert (await jobs.stats()).queued == 41
+
+
+async def test_a_lone_producer_lets_the_loop_turn_at_least_every_few_pushes(
+    store: Store,
+) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    done = False
+    turns = 0
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    turns = 0
+    for n in range(80):
+        await jobs.push(Mail(f"{n}@example.com"))
+    done = True
+    await ticking
+    # One turn in every SKIP_TURNS + 1 pushes at least, whether or not the write itself yields.
+    assert turns >= 80 // (Grouped.SKIP_TURNS + 1)
 
 
 async def test_a_push_cancelled_in_its_turn_of_the_loop_writes_nothing(store: Store) -> None:

@@ -606,3 +606,38 @@ async def test_pushes_group_again_on_a_loop_after_the_sync_face_used_another(
         ids = await asyncio.gather(*(jobs.push(Quick(n)) for n in range(10)))
     assert None not in ids
     assert len(calls) < 10
+
+
+class SwallowsACancel(job.Memory):
+    """A store whose read of the paused kinds, once armed, waits and then swallows the cancel it
+    gets, returning as if the read had finished: what `asyncio.wait_for` does on Python 3.11
+    (psycopg_pool waits for a connection with it) when a cancel arrives as the wait ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.reading = asyncio.Event()
+        self.swallowed = 0
+
+    async def paused(self) -> dict[str, int]:
+        if not self.armed:
+            return await super().paused()
+        self.armed = False
+        self.reading.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.swallowed += 1
+        return await super().paused()
+
+
+async def test_serve_stops_even_when_a_library_swallows_a_cancel() -> None:
+    store = SwallowsACancel()
+    jobs = job.Jobs(kinds=[Quick], store=store, poll_ms=10)
+    async with asyncio.timeout(10):  # before the fix, leaving the block waited forever
+        async with jobs.serving(grace_ms=100):
+            store.armed = True
+            await store.reading.wait()  # serve's reader of the paused kinds is in the read
+    assert store.swallowed == 1
+    # serve has wholly stopped: no task of it is left running.
+    assert {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} == set()

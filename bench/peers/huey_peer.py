@@ -53,6 +53,63 @@ async def w1_one(args: argparse.Namespace) -> dict[str, Any]:
     return watch.result(args.jobs)
 
 
+async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
+    """W1 one by one, nilo-job's `await jobs.push(Noop(i))` and huey's `noop(i)` alternated push
+    by push in this process, on this venv's Python, each on a file of its own (both WAL and
+    synchronous=FULL, their defaults), each push timed alone, which goes first alternating: both
+    meet the same moments of a shared machine. `rate` is nilo-job's, `huey_rate` huey's, `ratio`
+    nilo-job's rate ÷ huey's. nilo-job is imported from the run's copy (PYTHONPATH)."""
+    import dataclasses
+
+    import nilo_job as job
+
+    @dataclasses.dataclass
+    class Noop:
+        nilo_job = "noop"
+        retry = job.Retry.NONE
+
+        i: int
+
+        async def run(self) -> None:
+            return None
+
+    base = common.sqlite_path(args.url)
+    _huey, noop = make_huey(f"sqlite:///{base}.huey")
+    table = job.Table(f"sqlite:///{base}")
+    await table.create_missing()
+    jobs = job.Jobs(kinds=[Noop], store=table)
+
+    async def nilo_push(i: int) -> None:
+        await jobs.push(Noop(i))
+
+    async def huey_push(i: int) -> None:
+        noop(i)
+
+    both = [("nilo", nilo_push), ("huey", huey_push)]
+    for i in range(20):  # not timed: files made, statements prepared, for both
+        for _name, push in both:
+            await push(-1 - i)
+    spent = {"nilo": 0, "huey": 0}
+    watch = common.Stopwatch(args.cap_s)
+    for i in range(args.jobs):
+        if watch.over():
+            break
+        for name, push in both if i % 2 else both[::-1]:
+            began = time.perf_counter_ns()
+            await push(i)
+            spent[name] += time.perf_counter_ns() - began
+        watch.done += 1
+    await table.close()
+    nilo_s, huey_s = spent["nilo"] / 1e9, spent["huey"] / 1e9
+    return common.rate(
+        watch.done,
+        nilo_s,
+        huey_rate=watch.done / huey_s,
+        ratio=huey_s / nilo_s,
+        capped=watch.done < args.jobs,
+    )
+
+
 def fill_now(huey: SqliteHuey, noop: Any, jobs: int) -> None:
     """Queue `jobs` tasks in one transaction (huey has no bulk enqueue; not timed)."""
     rows = [(huey.name, huey.serialize_task(noop.s(i)), 0) for i in range(jobs)]
@@ -128,9 +185,11 @@ if __name__ == "__main__":
     common.main(
         {
             "w1_one": w1_one,
+            "w1_paired": w1_paired,
             "w2": w2,
             "w3_worker": w3_worker,
             "w3_xproc": w3_xproc,
             "idle_worker": idle_worker,
-        }
+        },
+        loop="auto",  # huey runs in threads; nilo-job's half of w1_paired on uvloop
     )

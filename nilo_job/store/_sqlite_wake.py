@@ -114,6 +114,7 @@ class Signals:
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
+        self._where = None if folder is None else os.fsencode(folder)  # stat'ed at every send
         self._lock = threading.Lock()
         self._seen: int | None = None  # the folder's mtime when it was last listed
         self._peers: list[bytes] = []
@@ -130,8 +131,9 @@ class Signals:
 
     def _send(self, run_at: int | None) -> None:
         assert self.folder is not None
+        assert self._where is not None
         try:
-            mtime = os.stat(self.folder).st_mtime_ns
+            mtime = os.stat(self._where).st_mtime_ns
         except OSError:
             return  # nobody serves this file with wake-ups (yet)
         pid = os.getpid()

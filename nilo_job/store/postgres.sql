@@ -1,5 +1,6 @@
 -- The PostgreSQL store's statements, one named statement each, loaded once by postgres.py.
 -- Times are microseconds since the epoch (bigint), handed in by the queue.
+-- Arrays go in binary (%b): in text, psycopg quotes every element, a cost for each row.
 
 -- name: create
 CREATE TABLE IF NOT EXISTS nilo_jobs (
@@ -121,8 +122,8 @@ WITH pushed AS (
            run_at, CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END, lease_until, pushed_at,
            CASE WHEN lease_until IS NULL THEN NULL ELSE pushed_at END,
            CASE WHEN lease_until IS NULL THEN NULL ELSE worker END
-    FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(run_ats)s::bigint[],
-                %(leases)s::bigint[], %(pushed_ats)s::bigint[], %(workers)s::text[])
+    FROM unnest(%(kinds)b::text[], %(payloads)b::text[], %(run_ats)b::bigint[],
+                %(leases)b::bigint[], %(pushed_ats)b::bigint[], %(workers)b::text[])
         AS row(kind, payload, run_at, lease_until, pushed_at, worker)
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', (SELECT min(run_at) FROM pushed)::text)
@@ -144,11 +145,11 @@ SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
 -- name: claim
 WITH queued AS (
     SELECT id, run_at FROM nilo_jobs
-    WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s)
+    WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)b)
     ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, run_at FROM nilo_jobs
-    WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s)
+    WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)b)
     ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id FROM (SELECT id, run_at FROM queued UNION ALL SELECT id, run_at FROM expired) AS due

@@ -171,7 +171,8 @@ class SqliteTable(Reading):
         if len(rows) == 1:  # written on this thread when that costs no wait (Connections.here)
             ids = self._db.here(lambda conn: _insert(conn, rows))
             if ids is not None:
-                self._tell(rows, ids)
+                if ids[0] is not None and rows[0].lease_until is None:
+                    self._signals.send(rows[0].run_at)  # committed: tell the serving processes
                 return ids
 
         def push(conn: sqlite3.Connection) -> list[int | None]:
@@ -361,6 +362,12 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
     answers: list[int | None] = []
     for row in rows:
         claimed = row.lease_until is not None
+        if row.unique_key is None and not claimed:
+            cur = conn.execute(
+                SQL["push_plain"], (row.kind, row.payload.decode(), row.run_at, row.pushed_at)
+            )
+            answers.append(cur.lastrowid)
+            continue
         found = conn.execute(
             SQL["push"],
             (

@@ -78,6 +78,11 @@ INSERT INTO nilo_jobs_version (version, compatible_from) VALUES (?, ?);
 -- name: columns
 SELECT name FROM pragma_table_info('nilo_jobs');
 
+-- name: push_plain
+-- The common row: queued, no unique key. Nothing can conflict, and its id is the connection's
+-- last rowid, so no ON CONFLICT and no RETURNING (each costs a push a little).
+INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at) VALUES (?, ?, 'queued', ?, ?);
+
 -- name: push
 INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until, pushed_at,
                        started_at, worker)
