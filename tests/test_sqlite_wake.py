@@ -6,6 +6,7 @@ the poll, never a row). Every wait is bounded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import subprocess
@@ -210,3 +211,69 @@ async def test_push_in_then_wake_reaches_a_worker_in_another_process(
     finally:
         out = stop(worker)
     assert "Traceback" not in out, out
+
+
+async def test_a_worker_that_binds_after_a_push_found_no_folder_claims_twice(
+    tmp_path: Path,
+) -> None:
+    from nilo_job.store._sqlite_wake import MISSING_S, listen
+
+    db = str(tmp_path / "q.db")
+    folder = folder_of(db)
+    assert folder is not None
+    signals = Signals(folder)
+    signals.send(1)  # nobody serves the file: no folder, and no look again for MISSING_S
+    loop = asyncio.get_running_loop()
+    wakes: list[tuple[float, int | None]] = []
+    second = asyncio.Event()
+
+    def wake(run_at: int | None) -> None:
+        wakes.append((loop.time(), run_at))
+        if len(wakes) == 2:
+            second.set()
+
+    listening = asyncio.create_task(listen(folder, wake))
+    try:
+        async with asyncio.timeout(5):
+            while not wakes:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+        signals.send(2)  # the socket is there, but this pusher does not look yet
+        assert signals._seen is None
+        async with asyncio.timeout(5):
+            await second.wait()
+        # Bound, it claims at once; and again MISSING_S later, for a row whose push came
+        # meanwhile from a pusher that had just found no folder (and so sent nothing).
+        assert [run_at for _at, run_at in wakes] == [None, None]
+        assert wakes[1][0] - wakes[0][0] >= MISSING_S * 0.9
+        signals.send(3)  # MISSING_S later: it looks, finds the folder and lists it
+        assert signals._seen is not None
+    finally:
+        listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening
+        signals.close()
+
+
+def test_a_socket_bound_just_after_a_listing_still_gets_the_next_signal(tmp_path: Path) -> None:
+    db = str(tmp_path / "q.db")
+    folder = folder_of(db)
+    assert folder is not None
+    folder.mkdir()
+    first = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    first.bind(str(folder / "1-a.sock"))
+    signals = Signals(folder)
+    later = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        signals.send(1)  # lists the folder: one socket
+        # Bound in the same instant, perhaps with the same coarse timestamp on the folder.
+        later.bind(str(folder / "2-b.sock"))
+        signals.send(2)
+        later.settimeout(5)
+        assert later.recv(64) == b"2"
+        first.settimeout(5)
+        assert first.recv(64) == b"1"
+        assert first.recv(64) == b"2"
+    finally:
+        signals.close()
+        first.close()
+        later.close()

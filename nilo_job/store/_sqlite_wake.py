@@ -9,8 +9,11 @@ which waits on that socket with no timer and no thread, wakes its claim loop.
 A signal is only a hint, never the row: a datagram lost (a full socket buffer, a folder the
 pusher cannot read, a file system without Unix sockets) costs at most the worker's poll, which
 still runs. A socket left by a worker that died (SIGKILL) refuses the datagram; the pusher then
-removes it. The folder is listed again only when its modification time changes, so a push pays a
-`stat` and one `sendto` per serving process.
+removes it. The folder is listed again only when its modification time changes (or changed so
+recently that a second change could share its timestamp), so a push pays a `stat` and one
+`sendto` per serving process. A push that finds no folder (nobody serves this file) does not
+look again for `MISSING_S`; a worker, once its socket is bound, claims at once and again
+`MISSING_S` later, so a row pushed meanwhile waits at most that long, never for the poll.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +34,8 @@ log = logging.getLogger("nilo_job")
 
 _NONE = "no wake-ups between processes (%s); rows pushed by other processes start at the poll"
 _PATH_MOST = 100  # bytes of a Unix socket's path that every platform takes (108 on Linux)
+MISSING_S = 0.05  # a missing folder is looked for again after this long (seconds)
+_RACY_NS = 20_000_000  # a folder changed this recently is listed again (coarse timestamps)
 
 
 def folder_of(db_path: str) -> Path | None:
@@ -62,9 +68,14 @@ async def listen(folder: Path, wake: Callable[[int | None], None]) -> None:
             wake(_due(data))
 
     loop.add_reader(sock.fileno(), readable)
+    # Rows pushed before the socket was there: now, and after MISSING_S for those whose pusher
+    # had just found no folder (see Signals).
+    wake(None)
+    again = loop.call_later(MISSING_S, wake, None)
     try:
         await asyncio.Future()  # until cancelled
     finally:
+        again.cancel()
         loop.remove_reader(sock.fileno())
         sock.close()
         with contextlib.suppress(OSError):
@@ -120,12 +131,15 @@ class Signals:
         self._peers: list[bytes] = []
         self._sock: socket.socket | None = None
         self._pid = 0
+        self._missing_until = 0.0  # (monotonic s) no folder was found: no look before then
 
     def send(self, run_at: int | None) -> None:
         """Tell every serving process on this file that a row due at `run_at` (µs; None: now)
         was committed. Never raises, never blocks."""
         if self.folder is None:
             return
+        if self._missing_until and time.monotonic() < self._missing_until:
+            return  # nobody served this file a moment ago (a new worker claims twice)
         with self._lock:
             self._send(run_at)
 
@@ -135,11 +149,13 @@ class Signals:
         try:
             mtime = os.stat(self._where).st_mtime_ns
         except OSError:
+            self._missing_until = time.monotonic() + MISSING_S
             return  # nobody serves this file with wake-ups (yet)
+        self._missing_until = 0.0
         pid = os.getpid()
         if pid != self._pid:  # first use, or a forked child: a socket of its own
             self._sock, self._pid, self._seen = None, pid, None
-        if mtime != self._seen:
+        if mtime != self._seen or time.time_ns() - mtime < _RACY_NS:
             self._list(pid)
             self._seen = mtime
         if not self._peers:
