@@ -110,9 +110,9 @@ async def test_a_slow_disk_sends_the_next_pushes_to_the_stores_thread(
     ids = [await jobs.push(Mail(f"{n}")) for n in range(20)]
     assert None not in ids
     assert len(set(ids)) == 20
-    # 5 ms a write: the moving average passes 1 ms at the 4th write here, and from then on
-    # the pushes go to the store's thread.
-    assert in_thread == 16
+    # 5 ms a write: the moving average (over about 16) passes 2 ms at the 8th write here, and
+    # the next pushes go to the store's thread.
+    assert in_thread == 12
     assert (await jobs.stats()).queued == 21
 
 

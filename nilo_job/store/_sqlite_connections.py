@@ -31,8 +31,8 @@ from . import _schema
 
 T = TypeVar("T")
 
-HERE_MOST_S = 0.001  # writes `here` slower than this on average send pushes to the thread
-HERE_REST = 1_000  # how many: then `here` is tried again, its average forgotten
+HERE_MOST_S = 0.002  # writes `here` slower than this on average send pushes to the thread
+HERE_REST = 100  # how many: then `here` is tried again, its average forgotten
 _clock = time.perf_counter  # how long a write `here` took (seconds)
 
 
