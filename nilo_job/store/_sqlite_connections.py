@@ -4,15 +4,16 @@ push written where it was made, and forks.
 Every call of the SQLite store runs here, in one thread of the store's own, so the event loop
 never waits on another process's lock or on a long write, with one exception: a single push,
 which `here` writes on the caller's own thread when that costs no wait (see `here`). The main
-connection (pushes, operator calls) commits with the store's
-`synchronous` (FULL by default: a committed push survives a power cut); the workers' connection
-(claims, ends, hand-ons) commits with `synchronous = NORMAL`, since losing one of those can only
-make a row run again. The database is in WAL mode with a busy timeout; every write is a
-`BEGIN IMMEDIATE` transaction, so a writer waits for the lock up front instead of failing
-half-way, and a `database is locked` that still gets through is tried again for up to the busy
-timeout. Text is read with `surrogateescape`, so a row another program wrote with bytes that are
-not UTF-8 is read (and said to be unreadable by the store's readers) rather than failing the
-whole statement. After a fork, the parent's thread and connections are left alone.
+connection (pushes, operator calls) commits with the store's `synchronous` (FULL by default: a
+committed push survives a power cut); the workers' connection (claims, ends, hand-ons) commits
+with `synchronous = NORMAL`, since losing one of those can only make a row run again. The
+database is in WAL mode with a busy timeout; every write in the thread is a `BEGIN IMMEDIATE`
+transaction (a single INSERT commits on its own), so a writer waits for the lock up front
+instead of failing half-way, and a `database is locked` that still gets through is tried again
+for up to the busy timeout. Text is read with `surrogateescape`, so a row another program
+wrote with bytes that are not UTF-8 is read (and said to be unreadable by the store's readers)
+rather than failing the whole statement. After a fork, the parent's thread and connections are
+left alone.
 """
 
 from __future__ import annotations
@@ -98,9 +99,9 @@ class Connections:
         `HERE_MOST_S` on average (a slow or busy disk), the next `HERE_REST` pushes go to the
         store's thread. (The checkpoint SQLite runs every 1,000 pages of log is done by
         whichever connection commits then; for a queue's few pages it takes a millisecond or
-        two.) Any error gives up too (nothing was written: the statement
-        is all or nothing), and the store's thread runs `fn` again and says what went wrong.
-        `fn` must not return None.
+        two.) Any error gives up too (nothing was written: the statement is all or nothing),
+        and the store's thread runs `fn` again and says what went wrong. `fn` must not return
+        None.
         """
         if self.path == ":memory:" or self._pid != os.getpid() or self._conn is None:
             return None  # a private database lives in the thread's connection; a fork; not open
