@@ -171,8 +171,7 @@ class SqliteTable(Reading):
         if len(rows) == 1:  # written on this thread when that costs no wait (Connections.here)
             ids = self._db.here(lambda conn: _insert(conn, rows))
             if ids is not None:
-                if ids[0] is not None and rows[0].lease_until is None:
-                    self._signals.send(rows[0].run_at)  # committed: tell the serving processes
+                self._tell(rows, ids)  # committed: tell the other processes serving this file
                 return ids
 
         def push(conn: sqlite3.Connection) -> list[int | None]:
