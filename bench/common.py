@@ -257,6 +257,30 @@ def child_argv(action: str, args: argparse.Namespace, **overrides: Any) -> list[
     return argv
 
 
+async def alternated(
+    pushes: list[tuple[str, Callable[[int], Awaitable[object]]]], jobs: int, cap_s: float
+) -> tuple[int, dict[str, float]]:
+    """`pushes` called in turn, push by push, each push timed alone and each subject going first
+    in turn, so that all of them meet the same moments of a shared machine; 20 rounds first,
+    not timed (connections opened, statements prepared). Answers the rounds done (fewer than
+    `jobs` when `cap_s` ran out) and the seconds each subject spent."""
+    for i in range(20):
+        for _name, push in pushes:
+            await push(-1 - i)
+    spent = dict.fromkeys((name for name, _push in pushes), 0)
+    watch = Stopwatch(cap_s)
+    for i in range(jobs):
+        if watch.over():
+            break
+        k = i % len(pushes)
+        for name, push in pushes[k:] + pushes[:k]:
+            began = time.perf_counter_ns()
+            await push(i)
+            spent[name] += time.perf_counter_ns() - began
+        watch.done += 1
+    return watch.done, {name: ns / 1e9 for name, ns in spent.items()}
+
+
 def event_loop(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
     """The loop factory for `choice` and its name: "auto" is uvloop when it is installed (what
     `nilo-job worker --loop auto` runs on, and what uvicorn picks), else asyncio's own; the

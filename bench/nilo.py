@@ -100,11 +100,13 @@ async def w1_one(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
-    """W1 one by one, nilo and raw SQL alternated push by push in this process (PostgreSQL),
-    each on its own connection and each push timed alone, which goes first alternating: both
-    meet the same moments of a shared machine, so their ratio holds still where two separate
-    8-second runs can differ by two. `rate` is nilo's, `raw_rate` raw SQL's (`bench/raw.py`'s
-    table and INSERT), `ratio` nilo's rate ÷ raw's."""
+    """W1 one by one, nilo, raw SQL on psycopg's async connection and the same INSERT on its
+    sync connection, alternated push by push in this process (PostgreSQL, `common.alternated`),
+    each on its own connection: all meet the same moments of a shared machine, so their ratios
+    hold still where two separate 8-second runs can differ by two. `rate` is nilo's, `raw_rate`
+    and `raw_sync_rate` raw SQL's (`bench/raw.py`'s table and INSERT), `ratio` and `ratio_sync`
+    nilo's rate ÷ each of those."""
+    import psycopg
     import raw
 
     jobs = queue(await ready_store(args.url), args)
@@ -117,38 +119,24 @@ async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
     async def nilo_push(i: int) -> None:
         await jobs.push(Noop(i))
 
-    import psycopg
-
     sync_conn = psycopg.connect(args.url, autocommit=True)
 
     async def raw_sync_insert(i: int) -> None:
         sync_conn.execute(raw.PG_INSERT, (raw.payload(i), raw.now_us())).fetchone()
 
     both = [("nilo", nilo_push), ("raw", raw_insert), ("raw_sync", raw_sync_insert)]
-    for i in range(20):  # not timed: connections opened, statements prepared, for both
-        for _name, push in both:
-            await push(-1 - i)
-    spent = {"nilo": 0, "raw": 0, "raw_sync": 0}
-    watch = common.Stopwatch(args.cap_s)
-    for i in range(args.jobs):
-        if watch.over():
-            break
-        for name, push in both[i % 3 :] + both[: i % 3]:  # each goes first in turn
-            began = time.perf_counter_ns()
-            await push(i)
-            spent[name] += time.perf_counter_ns() - began
-        watch.done += 1
+    done, spent = await common.alternated(both, args.jobs, args.cap_s)
     await conn.close()
     sync_conn.close()
-    nilo_s, raw_s, sync_s = (spent[name] / 1e9 for name in ("nilo", "raw", "raw_sync"))
+    nilo_s, raw_s, sync_s = (spent[name] for name in ("nilo", "raw", "raw_sync"))
     return common.rate(
-        watch.done,
+        done,
         nilo_s,
-        raw_rate=watch.done / raw_s,
+        raw_rate=done / raw_s,
         ratio=raw_s / nilo_s,
-        raw_sync_rate=watch.done / sync_s,
+        raw_sync_rate=done / sync_s,
         ratio_sync=sync_s / nilo_s,
-        capped=watch.done < args.jobs,
+        capped=done < args.jobs,
     )
 
 

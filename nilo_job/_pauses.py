@@ -12,7 +12,6 @@ import asyncio
 import logging
 from collections.abc import Collection
 
-from ._tasks import stop_if_cancelled
 from ._wakeups import Wakeups
 from .store.contract import Store
 
@@ -60,7 +59,6 @@ class Pauses:
         """Read the paused kinds every `poll_ms`, until cancelled (a pause or resume from any
         process takes effect here within it); a read that fails is tried at the next."""
         while True:
-            stop_if_cancelled()  # a cancel swallowed on the way (see _tasks) still stops it
             await asyncio.sleep(self.poll_ms / 1_000)
             try:
                 paused = await self.store.paused()

@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from ._tasks import stop_if_cancelled
 from .store.contract import Store
 
 log = logging.getLogger("nilo_job")
@@ -73,7 +72,6 @@ class Pruner:
         again at the next look."""
         full_since: float | None = None  # when the run of full batches began
         while True:
-            stop_if_cancelled()  # a cancel swallowed on the way (see _tasks) still stops it
             began = time.monotonic()
             try:
                 n = await self.store.prune(self.clock() - self.retention_ms * 1_000, BATCH)

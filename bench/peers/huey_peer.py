@@ -56,8 +56,8 @@ async def w1_one(args: argparse.Namespace) -> dict[str, Any]:
 async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
     """W1 one by one, nilo-job's `await jobs.push(Noop(i))` and huey's `noop(i)` alternated push
     by push in this process, on this venv's Python, each on a file of its own (both WAL and
-    synchronous=FULL, their defaults), each push timed alone, which goes first alternating: both
-    meet the same moments of a shared machine. `rate` is nilo-job's, `huey_rate` huey's, `ratio`
+    synchronous=FULL, their defaults), each push timed alone (`common.alternated`): both meet
+    the same moments of a shared machine. `rate` is nilo-job's, `huey_rate` huey's, `ratio`
     nilo-job's rate ÷ huey's. nilo-job is imported from the run's copy (PYTHONPATH)."""
     import dataclasses
 
@@ -86,27 +86,11 @@ async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
         noop(i)
 
     both = [("nilo", nilo_push), ("huey", huey_push)]
-    for i in range(20):  # not timed: files made, statements prepared, for both
-        for _name, push in both:
-            await push(-1 - i)
-    spent = {"nilo": 0, "huey": 0}
-    watch = common.Stopwatch(args.cap_s)
-    for i in range(args.jobs):
-        if watch.over():
-            break
-        for name, push in both if i % 2 else both[::-1]:
-            began = time.perf_counter_ns()
-            await push(i)
-            spent[name] += time.perf_counter_ns() - began
-        watch.done += 1
+    done, spent = await common.alternated(both, args.jobs, args.cap_s)
     await table.close()
-    nilo_s, huey_s = spent["nilo"] / 1e9, spent["huey"] / 1e9
+    nilo_s, huey_s = spent["nilo"], spent["huey"]
     return common.rate(
-        watch.done,
-        nilo_s,
-        huey_rate=watch.done / huey_s,
-        ratio=huey_s / nilo_s,
-        capped=watch.done < args.jobs,
+        done, nilo_s, huey_rate=done / huey_s, ratio=huey_s / nilo_s, capped=done < args.jobs
     )
 
 

@@ -261,9 +261,7 @@ class Connections:
         """
         # An unreachable server is said in a sentence here; after a fork, the parent's pools
         # and kept connections are replaced before either is read below.
-        current = self.work_pool if work and self.owns_pool else self.pool
-        if self.pid != os.getpid() or current is None or current.closed:
-            await self.get_pool(work=work)
+        await self.get_pool(work=work)
         if self.owns_pool:
             kept = self.kept_claim if work else self.kept_push
             done, answer = await kept.run(_pg_pooler.local(fn) if work and self.pooler else fn)

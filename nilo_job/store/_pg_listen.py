@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable
 
 from .._errors import StoreUnavailable
-from .._tasks import stop_if_cancelled
 from ._pg_connections import DOWN, Connections
 
 log = logging.getLogger("nilo_job")
@@ -56,14 +55,12 @@ async def listen(connections: Connections, wake: Callable[[int | None], None]) -
     log.info("listening for other processes' pushes on PostgreSQL at %s%s", at, through)
     pause = 0.05
     while True:
-        stop_if_cancelled()  # a cancel swallowed on the way still stops it
         try:
             async with connections.listening() as conn:
                 await conn.execute(f"LISTEN {CHANNEL}")
                 pause = 0.05
                 wake(None)  # rows pushed while nobody listened
                 while True:
-                    stop_if_cancelled()
                     heard = False
                     async for note in conn.notifies(timeout=CHECK_S):
                         heard = True
