@@ -68,13 +68,15 @@ class Execution:
     """One execution of a row in this process; it has wholly ended once `end()` was called,
     its thread included (a sync run's thread may outlive its timeout).
 
-    `on_end` is called once, at that moment. The future behind `wait()` is made only for a
+    `on_end(execution)` is called once, at that moment (handed the execution, so that it needs
+    no reference back to it: an execution and its callback in a cycle would wait for the cyclic
+    garbage collector, one cycle per run). The future behind `wait()` is made only for a
     waiter, so an async run, which nobody waits for this way, costs none.
     """
 
     __slots__ = ("_on_end", "_waiter", "done", "thread_started")
 
-    def __init__(self, on_end: Callable[[], None]) -> None:
+    def __init__(self, on_end: Callable[[Execution], None]) -> None:
         self.done = False
         self.thread_started = False
         self._on_end = on_end
@@ -84,7 +86,7 @@ class Execution:
         if self.done:
             return
         self.done = True
-        self._on_end()
+        self._on_end(self)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 

@@ -137,7 +137,7 @@ class Runner:
             again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
             await self.ends.write(kind.name, row, again)
             return False
-        execution = Execution(lambda: self._forget(row.id, execution))
+        execution = Execution(functools.partial(self._forget, row.id))
         self.busy[row.id] = execution
         try:
             return await self._run(kind, row, value, clock, execution, then is not None, free)

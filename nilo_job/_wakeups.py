@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import os
 
 from ._clock import Clock
 from ._feed import Feed
+from ._identity import pid
 
 _DUE_KNOWN_MOST = 4_096  # later due times kept for a wake-up; past that, the poll finds rows
 
@@ -45,7 +45,7 @@ class Wakeups:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
         """serve begins on `loop`: the event it sleeps on, set by every wake-up from now on."""
-        self.loop, self.pid = loop, os.getpid()
+        self.loop, self.pid = loop, pid()
         self.event = asyncio.Event()
         self.due = []
         return self.event
@@ -59,7 +59,7 @@ class Wakeups:
         """The loop `serve` runs on in this process, if it runs here (not in a parent this
         process was forked from)."""
         loop = self.loop
-        if loop is None or self.pid != os.getpid() or loop.is_closed():
+        if loop is None or self.pid != pid() or loop.is_closed():
             return None
         return loop
 
@@ -85,7 +85,7 @@ class Wakeups:
         not a poll later.
         """
         loop = self.loop
-        if loop is None or self.pid != os.getpid():
+        if loop is None or self.pid != pid():
             return
         try:
             running = asyncio.get_running_loop()

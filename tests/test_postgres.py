@@ -332,6 +332,39 @@ def test_processes_forked_after_pushes_each_push_on_connections_of_their_own(
     asyncio.run(table.close())
 
 
+@dataclasses.dataclass
+class Ping:
+    nilo_job = "ping"
+    retry = job.Retry.NONE
+
+    n: int
+
+    async def run(self) -> None:
+        ran.append(self.n)
+
+
+async def test_serve_claims_and_writes_ends_on_its_kept_connections_not_the_pool(
+    pg_url: str,
+) -> None:
+    """Claims come one at a time and groups of ends too: each has a connection kept for it, so
+    a run costs no checkout of the workers' pool."""
+    ran.clear()
+    table = job.Table(pg_url)
+    queue = job.Jobs(kinds=[Ping], store=table, workers=4, poll_ms=50)
+    await table.create_missing()
+    await queue.push_many([Ping(n) for n in range(300)])
+    try:
+        async with queue.serving(grace_ms=5_000):
+            await until("every row to run", lambda: len(ran) == 300, 30)
+        pool = table._connections.work_pool
+        assert pool is not None
+        assert pool.get_stats().get("requests_num", 0) == 0
+        assert sorted(ran) == list(range(300))
+        assert await queue.stats() == (0, 0, 0)
+    finally:
+        await table.close()
+
+
 async def test_close_while_the_push_connection_opens_leaves_no_connection(pg_url: str) -> None:
     table = job.Table(pg_url)
     queue = job.Jobs(kinds=[Welcome], store=table)
@@ -339,7 +372,7 @@ async def test_close_while_the_push_connection_opens_leaves_no_connection(pg_url
     pushing = asyncio.create_task(queue.push(Welcome(1)))
     async with asyncio.timeout(10):
         # The connection opens in a few milliseconds: look at every turn of the loop.
-        kept = table._connections.kept_push
+        kept = table._connections.kept["push"]
         while not (kept.lock.locked() and kept.conn is None):  # noqa: ASYNC110
             await asyncio.sleep(0)
     await table.close()

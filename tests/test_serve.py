@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import gc
 import itertools
+import os
 from collections.abc import Sequence
 
 import pytest
-from serving import FailingSpace, until_idle
+from serving import FailingSpace, until, until_idle
 
 import nilo_job as job
 from nilo_job.store.contract import Claimed, End, NewRow, Store
@@ -84,6 +86,48 @@ async def test_every_row_runs_once_never_more_than_workers_at_once_and_ends_are_
     # while earlier ends were still being written.
     assert sorted(_ran) == list(range(300))
     assert _most == 3
+    assert await jobs.stats() == (0, 0, 0)
+
+
+def _ours(found: object) -> bool:
+    """Whether `found` (an object the cyclic garbage collector freed) is of nilo-job's making:
+    an instance of one of its classes, or a function, coroutine or frame of its code."""
+    code = getattr(found, "__code__", None) or getattr(found, "cr_code", None)
+    code = code or getattr(found, "f_code", None)
+    if code is not None:
+        return f"{os.sep}nilo_job{os.sep}" in code.co_filename
+    return type(found).__module__.startswith("nilo_job")
+
+
+async def test_runs_leave_no_reference_cycles_for_the_garbage_collector(store: Store) -> None:
+    """A run's bookkeeping is freed when the run ends, not by the cyclic collector: one cycle
+    per run made serve's process collect garbage over and over, and hold every run's row until
+    it did."""
+    _reset(20)
+    jobs = job.Jobs(kinds=[Counted], store=store, workers=4, poll_ms=50)
+    await jobs.push_many([Counted(n) for n in range(20)])
+    async with jobs.serving(grace_ms=5_000):
+        async with asyncio.timeout(30):
+            await _all_ran.wait()  # connections and statements are ready now
+        await until_idle(jobs)
+        gc.collect()
+        gc.disable()
+        try:
+            _reset(200)
+            await jobs.push_many([Counted(n) for n in range(200)])
+            async with asyncio.timeout(30):
+                await _all_ran.wait()
+            feed = jobs._wakeups.feed
+            assert feed is not None
+            await until("every run's end written", lambda: not feed.tasks)
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            freed = [type(found).__qualname__ for found in gc.garbage if _ours(found)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert freed == []
     assert await jobs.stats() == (0, 0, 0)
 
 

@@ -9,8 +9,9 @@ opened from a URL has
   allows) and turn bitmap scans off (a claim walks `nilo_jobs_due` in order and stops after
   `limit` rows; on a table not yet analysed the planner may otherwise fetch every due row and
   sort them, once per claim);
-- two connections kept beside the pools (`Kept`), one for one-row pushes and one for serve's
-  claims, calls that come one at a time and then skip the pool's checkout and return;
+- three connections kept beside the pools (`Kept`): for one-row pushes, for serve's claims and
+  for serve's groups of ends, calls that come one at a time and then skip the pool's checkout
+  and return;
 - while serve runs, one connection that listens for other processes' pushes (`_pg_listen`).
 
 A store over an application's own pool opens no connection of its own: every statement checks
@@ -32,10 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import errors, pq
@@ -43,6 +43,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .._errors import StoreUnavailable
+from .._identity import pid
 from . import _pg_pooler, _schema
 
 DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
@@ -52,6 +53,10 @@ CONNECT_TIMEOUT_S = 10
 """How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
 
 _WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
+
+Use = Literal["push", "claim", "end"]
+"""What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
+USES: tuple[Use, ...] = ("push", "claim", "end")
 
 
 def where(conninfo: str) -> str:
@@ -117,8 +122,8 @@ class Connections:
         self.work_pool: AsyncConnectionPool[Any] | None = None
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # id(own pool) -> its loop
         self.opening: asyncio.Lock | None = None
-        self.kept_push, self.kept_claim = Kept(self, self.plain), Kept(self, self.work)
-        self.pid = os.getpid()
+        self.kept = self._new_kept()
+        self.pid = pid()
 
     def listening_where(self) -> str | None:
         """`host:port/dbname` where serve listens for other processes' pushes; None: nowhere."""
@@ -170,10 +175,10 @@ class Connections:
         Raises:
             StoreUnavailable: the server cannot be reached.
         """
-        if self.pid != os.getpid():
+        if self.pid != pid():
             # A forked child: the parent's pools and their connections are not ours.
-            self.pid, self.work_pool, self.opening, self.loops = os.getpid(), None, None, {}
-            self.kept_push, self.kept_claim = Kept(self, self.plain), Kept(self, self.work)
+            self.pid, self.work_pool, self.opening, self.loops = pid(), None, None, {}
+            self.kept = self._new_kept()
             if self.owns_pool:
                 self.pool = None
         work = work and self.owns_pool
@@ -248,22 +253,26 @@ class Connections:
                         await pool.check()
             raise self.unavailable(error) from error
 
-    async def kept_run(
-        self, fn: Callable[[psycopg.AsyncConnection[Any]], Any], *, work: bool
-    ) -> Any:
-        """`fn(conn)`, one statement that commits on its own, on the connection kept for it
-        (`work`: serve's claims, else one-row pushes) when that is free, else on a pooled one.
-        A store over an application's pool keeps no connection of its own: it opens nothing
-        behind that pool.
+    def _new_kept(self) -> dict[Use, Kept]:
+        return {use: Kept(self, self.plain if use == "push" else self.work) for use in USES}
+
+    async def kept_run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any], use: Use) -> Any:
+        """`fn(conn)`, one statement that commits on its own, on the connection kept for `use`
+        (one-row pushes; serve's claims; serve's groups of ends, in the workers' session) when
+        that is free, else on a pooled one. A store over an application's pool keeps no
+        connection of its own: it opens nothing behind that pool.
 
         Raises:
             StoreUnavailable: the server cannot be reached, or the table is missing or older.
         """
-        # An unreachable server is said in a sentence here; after a fork, the parent's pools
-        # and kept connections are replaced before either is read below.
-        await self.get_pool(work=work)
+        work = use != "push"
+        kept = self.kept[use]
+        if kept.conn is None or self.pid != pid():  # (an open one came here on its first call)
+            # An unreachable server is said in a sentence here; after a fork, the parent's
+            # pools and kept connections are replaced before either is read below.
+            await self.get_pool(work=work)
+            kept = self.kept[use]
         if self.owns_pool:
-            kept = self.kept_claim if work else self.kept_push
             done, answer = await kept.run(_pg_pooler.local(fn) if work and self.pooler else fn)
             if done:
                 return answer
@@ -301,8 +310,8 @@ class Connections:
 
     async def close(self) -> None:
         """Close what the store opened; an application's pool stays open."""
-        await self.kept_push.close()
-        await self.kept_claim.close()
+        for kept in self.kept.values():
+            await kept.close()
         work, self.work_pool = self.work_pool, None
         if work is not None:
             await self._close_pool(work)
@@ -333,8 +342,8 @@ class Connections:
 
 class Kept:
     """A connection a store keeps beside its pools for calls that come one at a time (a single
-    producer's pushes, serve's claims), which then skip the pool's checkout and return: about
-    60 µs of CPU a call on the benchmark's machine.
+    producer's pushes, serve's claims, serve's groups of ends), which then skip the pool's
+    checkout and return: about 60 µs of CPU a call on the benchmark's machine.
 
     It is opened at the first call and serves one call at a time, on the event loop that opened
     it (or on another once that loop is closed); `run` says when it was not free, and the

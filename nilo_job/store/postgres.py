@@ -6,8 +6,9 @@ with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for; the un
 with the row's due time (never the payload), delivered when its transaction commits, and `watch`
 listens for it so idle workers in other processes start at once, or when the row falls due.
 
-This module holds the statements and what they answer; where each finds its connection (pools,
-the connections kept beside them, forks) is `_pg_connections`, and the listener `_pg_listen`.
+This module holds what each call sends and what it answers; the statements' parameters are
+built in `_pg_statements`, where each finds its connection (pools, the connections kept beside
+them, forks) is `_pg_connections`, and the listener `_pg_listen`.
 """
 
 from __future__ import annotations
@@ -21,17 +22,21 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import Refusal
-from . import _pg_pooler, _pg_schema, _schema, _sql
+from . import _pg_pooler, _pg_schema, _schema
 from ._pg_connections import Connections, where
 from ._pg_listen import listen
 from ._pg_reading import Reading
-from ._sql import (
-    end_statement,
-    unwrap_django,
+from ._pg_statements import (
+    SQL,
+    delete_done,
+    end_sql,
+    insert,
+    insert_statement,
+    keep_params,
+    params,
 )
+from ._sql import unwrap_django
 from .contract import Claimed, Done, End, NewRow
-
-SQL = _sql.load("postgres.sql")
 
 ACCEPTED_TX = (
     "a psycopg Connection or AsyncConnection in a transaction, or a SQLAlchemy Session, "
@@ -149,13 +154,20 @@ class PostgresTable(Reading):
         if len(rows) > 1 and all(row.unique_key is None for row in rows):
             return await self._push_bulk(rows)
 
-        async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
-            return [await _insert(conn, row) for row in rows]
-
         if len(rows) == 1:
             # One row is one statement, which commits on its own: one round trip, not three.
-            alone: list[int | None] = await self._connections.kept_run(push, work=False)
+            query, params = insert_statement(rows[0])
+
+            async def one(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
+                found = await (await conn.execute(query, params)).fetchone()
+                return [None if found is None else int(found[0])]
+
+            alone: list[int | None] = await self._connections.kept_run(one, "push")
             return alone
+
+        async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
+            return [await insert(conn, row) for row in rows]
+
         answers: list[int | None] = await self._connections.run(push)
         return answers
 
@@ -185,12 +197,12 @@ class PostgresTable(Reading):
         tx = unwrap_django(tx)
         if isinstance(tx, psycopg.AsyncConnection):
             _check_in_transaction(tx.info.transaction_status, tx.autocommit)
-            return [await _insert(tx, row) for row in rows]
+            return [await insert(tx, row) for row in rows]
         if isinstance(tx, psycopg.Connection):
             _check_in_transaction(tx.info.transaction_status, tx.autocommit)
             answers: list[int | None] = []
             for row in rows:
-                found = tx.execute(*_insert_statement(row)).fetchone()
+                found = tx.execute(*insert_statement(row)).fetchone()
                 answers.append(None if found is None else found[0])
             return answers
         if type(tx).__module__.startswith("sqlalchemy"):
@@ -220,16 +232,17 @@ class PostgresTable(Reading):
             ]
 
         # serve's claims come one at a time: on the connection kept for them.
-        claimed: list[Claimed] = await self._connections.kept_run(claim, work=True)
+        claimed: list[Claimed] = await self._connections.kept_run(claim, "claim")
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
     async def finish(self, ends: Sequence[End]) -> list[bool]:
         plain = [end for end in ends if isinstance(end, Done) and end.then is None]
         if len(plain) == len(ends):
-            # The common case, a batch of runs that simply finished: one statement.
-            done: list[bool] = await self._connections.run(
-                lambda conn: _delete_done(conn, plain), work=True, transaction=False
+            # The common case, a batch of runs that simply finished: one statement, on the
+            # connection kept for serve's ends (its groups are written one at a time).
+            done: list[bool] = await self._connections.kept_run(
+                lambda conn: delete_done(conn, plain), "end"
             )
             return done
 
@@ -237,14 +250,14 @@ class PostgresTable(Reading):
             applied = []
             for end in ends:
                 if isinstance(end, Done) and end.finished_at is not None:
-                    cur = await conn.execute(SQL["keep"], _keep_params(end))
+                    cur = await conn.execute(SQL["keep"], keep_params(end))
                     found = await cur.fetchone()
                     ok = found is not None and found[0] == 1
                 else:
-                    cur = await conn.execute(*_statement(end))
+                    cur = await conn.execute(*end_sql(end))
                     ok = cur.rowcount == 1
                 if ok and end.then is not None:
-                    await _insert(conn, end.then)
+                    await insert(conn, end.then)
                 applied.append(ok)
             return applied
 
@@ -256,7 +269,7 @@ class PostgresTable(Reading):
             cur = await conn.execute(SQL["release_key"], (row_id, attempts))
             if cur.rowcount != 1:
                 return False
-            await _insert(conn, then)
+            await insert(conn, then)
             return True
 
         done: bool = await self._connections.run(hand_on, work=True)
@@ -292,74 +305,6 @@ def _hidden(url: str) -> str:
     return f"{user}:***@{tail}"
 
 
-async def _delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:
-    if any(end.finished_at is not None for end in ends):
-        cur = await conn.execute(
-            SQL["keep_many"],
-            (
-                [end.id for end in ends],
-                [end.attempts for end in ends],
-                [end.started_at for end in ends],
-                [end.finished_at for end in ends],
-                [None if end.result is None else end.result.decode() for end in ends],
-            ),
-        )
-    else:
-        cur = await conn.execute(
-            SQL["done_many"], ([end.id for end in ends], [end.attempts for end in ends])
-        )
-    gone = {row[0] for row in await cur.fetchall()}
-    return [end.id in gone for end in ends]
-
-
-def _insert_statement(row: NewRow) -> tuple[str, Sequence[object] | dict[str, object]]:
-    """The INSERT for `row` and its parameters: lean ones for a row without a unique key."""
-    if row.unique_key is None:
-        if row.lease_until is None:
-            return SQL["push"], (row.kind, row.payload.decode(), row.run_at, row.pushed_at)
-        return SQL["push_claimed"], (
-            row.kind,
-            row.payload.decode(),
-            row.run_at,
-            row.lease_until,
-            row.pushed_at,
-            row.pushed_at,
-            row.worker,
-        )
-    return SQL["push_row"], _params(row)
-
-
-def _keep_params(end: Done) -> dict[str, object]:
-    return {
-        "id": end.id,
-        "attempts": end.attempts,
-        "started_at": end.started_at,
-        "finished_at": end.finished_at,
-        "result": None if end.result is None else end.result.decode(),
-    }
-
-
-def _params(row: NewRow) -> dict[str, object]:
-    return {
-        "kind": row.kind,
-        "payload": row.payload.decode(),
-        "run_at": row.run_at,
-        "unique_key": row.unique_key,
-        "state": "queued" if row.lease_until is None else "running",
-        "attempts": 0 if row.lease_until is None else 1,
-        "lease_until": row.lease_until,
-        "pushed_at": row.pushed_at,
-        "started_at": None if row.lease_until is None else row.pushed_at,
-        "worker": None if row.lease_until is None else row.worker,
-    }
-
-
-async def _insert(conn: psycopg.AsyncConnection[Any], row: NewRow) -> int | None:
-    cur = await conn.execute(*_insert_statement(row))
-    found = await cur.fetchone()
-    return None if found is None else int(found[0])
-
-
 def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool) -> None:
     if status == pq.TransactionStatus.INTRANS:
         return
@@ -381,9 +326,9 @@ async def _push_sqlalchemy(tx: object, rows: Sequence[NewRow]) -> list[int | Non
     answers: list[int | None] = []
     for row in rows:
         if isinstance(tx, AsyncSession | AsyncConnection):
-            result = await tx.execute(statement, _params(row))
+            result = await tx.execute(statement, params(row))
         elif isinstance(tx, Session | Connection):
-            result = tx.execute(statement, _params(row))
+            result = tx.execute(statement, params(row))
         else:
             raise Refusal(
                 f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"
@@ -391,8 +336,3 @@ async def _push_sqlalchemy(tx: object, rows: Sequence[NewRow]) -> list[int | Non
         found = result.first()
         answers.append(None if found is None else int(found[0]))
     return answers
-
-
-def _statement(end: End) -> tuple[str, tuple[object, ...]]:
-    name, params = end_statement(end)
-    return SQL[name], params

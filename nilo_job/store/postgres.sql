@@ -1,6 +1,8 @@
 -- The PostgreSQL store's statements, one named statement each, loaded once by postgres.py.
 -- Times are microseconds since the epoch (bigint), handed in by the queue.
--- Arrays go in binary (%b): in text, psycopg quotes every element, a cost for each row.
+-- Arrays of numbers go as array literals the store builds ('{1,2,3}', cast on the server): psycopg
+-- would inspect every element to pick the array's type. Arrays of text go in binary (%b): in
+-- text, psycopg quotes every element with a regex.
 
 -- name: create
 CREATE TABLE IF NOT EXISTS nilo_jobs (
@@ -182,7 +184,7 @@ SELECT count(*) FROM gone;
 
 -- name: keep_many
 WITH ends AS (
-    SELECT * FROM unnest(%b::bigint[], %b::integer[], %b::bigint[], %b::bigint[], %b::text[])
+    SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::bigint[], %s::bigint[], %b::text[])
         AS e(id, attempts, started_at, finished_at, result)
 ), gone AS (
     DELETE FROM nilo_jobs AS job USING ends
@@ -200,7 +202,7 @@ SELECT id FROM gone;
 
 -- name: done_many
 DELETE FROM nilo_jobs AS job
-USING unnest(%b::bigint[], %b::integer[]) AS done(id, attempts)
+USING unnest(%s::bigint[], %s::integer[]) AS done(id, attempts)
 WHERE job.id = done.id AND job.attempts = done.attempts AND job.state = 'running'
 RETURNING job.id;
 
