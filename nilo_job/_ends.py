@@ -76,6 +76,20 @@ class Ends:
                 await group.idle()  # it shields the write itself
         self.group = None
 
+    def submit(self, end: End) -> asyncio.Future[bool] | None:
+        """Under serve: `end` handed to the group, which writes it whatever happens to the
+        caller; the future of whether it applied (False: the lease was lost), which fails as
+        the group's write did (`StoreUnavailable` included: then `write` is the way that tries
+        again). None when serve is not grouping ends."""
+        group = self.group
+        return None if group is None else group.submit(end)
+
+    @staticmethod
+    def could_write_plainer(end: End) -> bool:
+        """Whether `write` has a plainer `end` to try when the store refuses it (its error's
+        text in ASCII)."""
+        return _in_ascii(end) is not None
+
     async def write(
         self,
         kind: str,

@@ -16,22 +16,22 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 import msgspec
 
 from . import _policy
 from ._calling import Execution, arguments, call_async, call_in_thread
 from ._ends import Ends
-from ._errors import BadPayload, LeaseLost
-from ._failure import MESSAGE_CHARS, storable, user_traceback
+from ._errors import BadPayload, StoreUnavailable
+from ._failure import MESSAGE_CHARS, storable
 from ._kinds import Kind
-from ._observe import Observers, Outcome
+from ._observe import Observers
 from ._status import Statuses
+from ._telling import tell
 from ._ticks import Ticks
 from ._values import Missed, Overlap, State, Tick
 from ._wakeups import Wakeups
-from .store.contract import Claimed, Died, Done, End, NewRow, Released, Retrying, Store
+from .store.contract import Claimed, Died, Done, End, NewRow, Released, Store
 
 log = logging.getLogger("nilo_job")
 
@@ -229,6 +229,13 @@ class Runner:
         )
         if kind.is_async:
             free()
+            if self.statuses.space is None and (written := self.ends.submit(end)) is not None:
+                # Under serve the group writes the end, and its answer is recorded as it comes:
+                # this task ends now, and a run waiting for its end holds no task meanwhile.
+                written.add_done_callback(
+                    functools.partial(self._written, kind, row, end, seconds, error)
+                )
+                return True
         # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
         # group, which writes it whatever happens to this task; only this process's
         # bookkeeping of it (observers, status) is skipped.
@@ -258,6 +265,53 @@ class Runner:
         applied = await self.ends.write(kind.name, row, end, late)
         await self._record(kind, row, end, seconds, dropped, error, applied)
 
+    def _written(
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float,
+        error: BaseException | None,
+        written: asyncio.Future[bool],
+    ) -> None:
+        """The group's answer for an end handed to it (`Ends.submit`), recorded at once. An end
+        the group could not write goes the whole way of `_end` in a background task that
+        serve's stop waits for, when that way may still write it (an outage it waits out, a
+        refusal of its error's text); otherwise it is left to its lease, as `_end` would."""
+        failure = None if written.cancelled() else written.exception()
+        if written.cancelled() or failure is not None:
+            if isinstance(failure, StoreUnavailable) or self.ends.could_write_plainer(end):
+                self.ends.later(self._end_or_log(kind, row, end, seconds, error))
+                return
+            log.error(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+                exc_info=failure,
+            )  # fmt: skip
+            return
+        try:
+            progress = self.progress_of.pop(row.id, None)
+            tell(
+                self.observers, self.wakeups, kind, row, end, seconds, False, error,
+                written.result(), progress,
+            )  # fmt: skip
+        except Exception:
+            log.exception(
+                "%s row %d: its end was written, but telling the observers failed",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+
+    async def _end_or_log(
+        self, kind: Kind, row: Claimed, end: End, seconds: float, error: BaseException | None
+    ) -> None:
+        try:
+            await self._end(kind, row, end, seconds, error=error)
+        except Exception:
+            log.exception(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+
     def _recorded_late(
         self,
         kind: Kind,
@@ -283,49 +337,11 @@ class Runner:
         applied: bool | None,
     ) -> None:
         progress = self.progress_of.pop(row.id, None)
-        if applied is None:
-            return
-        fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
-        outcome: Outcome = "lost" if not applied else "dropped" if dropped else _outcome(end)
-        self.observers.ended(kind.name, outcome, _error_of(end), seconds)
-        if not applied:
-            log.warning(
-                "%s row %d: the lease ran out and another worker took the row; this attempt's "
-                "end was not written",
-                kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
-            )  # fmt: skip
-            return
-        if isinstance(end, Retrying | Released):
-            self.wakeups.wake_at(end.run_at)  # a retry's wait, or a row given back
-        if end.then is not None:
-            self.wakeups.wake_at(end.then.run_at)  # a schedule's next tick
-        if isinstance(end, Done):
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s row %d: done on attempt %d in %.1f ms",
-                    kind.name, row.id, row.attempts, seconds * 1_000,
-                    extra={**fields, "ms": round(seconds * 1_000, 3)},
-                )  # fmt: skip
-            await self.statuses.put(row.id, State.DONE, row.attempts, progress)
-        elif isinstance(end, Retrying):
-            wait_ms = kind.retry.wait_ms(row.attempts)
-            log.warning(
-                "%s row %d failed with %s on attempt %d: %s; retrying in %.1f s",
-                kind.name, row.id, end.error, row.attempts, end.detail, wait_ms / 1_000,
-                extra={**fields, "error": end.error, "wait_ms": wait_ms},
-                exc_info=_exc_info(error),
-            )  # fmt: skip
-            await self.statuses.put(row.id, State.QUEUED, row.attempts)
-        elif isinstance(end, Died):
-            log.error(
-                "%s row %d failed with %s on attempt %d and is dead: %s",
-                kind.name, row.id, end.error, row.attempts, end.detail,
-                extra={**fields, "error": end.error},
-                exc_info=_exc_info(error),
-            )  # fmt: skip
-            await self.statuses.put(row.id, State.DEAD, row.attempts, progress)
-        else:
-            await self.statuses.put(row.id, State.QUEUED, row.attempts - 1)
+        status = tell(
+            self.observers, self.wakeups, kind, row, end, seconds, dropped, error, applied, progress
+        )
+        if status is not None:
+            await self.statuses.put(row.id, *status)
 
     async def progress(self, row_id: int, n: int) -> None:
         """Record `n` as the progress of `row_id`'s run, if it runs in this process and the
@@ -364,24 +380,3 @@ def _result(kind: Kind, row: Claimed, value: object) -> bytes | None:
         )  # fmt: skip
         return None
     return data
-
-
-def _exc_info(
-    error: BaseException | None,
-) -> tuple[type[BaseException], BaseException, TracebackType | None] | None:
-    """What `logging` takes to print `error` with its traceback."""
-    return None if error is None else (type(error), error, user_traceback(error))
-
-
-def _outcome(end: End) -> Outcome:
-    if isinstance(end, Done):
-        return "done"
-    if isinstance(end, Retrying):
-        return "retrying"
-    if isinstance(end, Died):
-        return "dead"
-    return "released"
-
-
-def _error_of(end: End) -> str | None:
-    return end.error if isinstance(end, Retrying | Died) else None
