@@ -60,6 +60,7 @@ class Ends:
         self.lease_ms = lease_ms
         self.group: Grouped[End, bool] | None = None  # while serve runs
         self.background: set[asyncio.Task[Any]] = set()
+        self.retrying: set[asyncio.Task[Any]] = set()
 
     async def _finish(self, ends: list[End]) -> list[bool]:
         return await self.store.finish(ends)
@@ -153,13 +154,17 @@ class Ends:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.finish([released(row) for row in rows]))
 
-    def later(self, work: Coroutine[Any, Any, object]) -> None:
-        """Run `work` in a background task that `settled()` waits for."""
+    def later(self, work: Coroutine[Any, Any, object], *, retrying: bool = False) -> None:
+        """Run `work` in a background task that `settled()` waits for; `retrying`: an end that
+        serve's group could not write, on its whole way (which a push does not wait for)."""
+        tasks = self.retrying if retrying else self.background
         task = asyncio.get_running_loop().create_task(work)
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
-    async def settled(self) -> None:
-        """Until the background work started so far has finished."""
-        if self.background:
-            await asyncio.wait(set(self.background))
+    async def settled(self, *, retrying: bool = True) -> None:
+        """Until the background work started so far has finished (with `retrying`, the ends
+        tried again through an outage too)."""
+        tasks = self.background | self.retrying if retrying else set(self.background)
+        if tasks:
+            await asyncio.wait(tasks)

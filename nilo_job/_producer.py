@@ -164,7 +164,7 @@ class Producer:
             else:
                 self.hand_over(feed, kind, row, row_id, claimed_at)
         if self.ends.background:  # serve stopped meanwhile: its row is being queued again
-            await self.ends.settled()
+            await self.ends.settled(retrying=False)
         return row_id
 
     async def _push_claimed(

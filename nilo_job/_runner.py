@@ -281,7 +281,7 @@ class Runner:
         failure = None if written.cancelled() else written.exception()
         if written.cancelled() or failure is not None:
             if isinstance(failure, StoreUnavailable) or self.ends.could_write_plainer(end):
-                self.ends.later(self._end_or_log(kind, row, end, seconds, error))
+                self.ends.later(self._end_or_log(kind, row, end, seconds, error), retrying=True)
                 return
             log.error(
                 "%s row %d: its run could not be recorded; it runs again after its lease",

@@ -377,16 +377,23 @@ class Server:
             await asyncio.wait(workers, timeout=grace_ms / 1_000)
             if feed.tasks:
                 await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
+            if self.ends.retrying:  # ends tried again through an outage: the grace is theirs too
+                await asyncio.wait(
+                    set(self.ends.retrying), timeout=max(0.0, deadline - loop.time())
+                )
         except asyncio.CancelledError:
             interrupted = True
         late = set(feed.tasks)
         if late:
             log.warning("cancelled %d runs past the grace period; their rows are queued again",
                         len(late))  # fmt: skip
-        await cancel_and_wait([*late, *workers])
+        await cancel_and_wait([*late, *workers, *self.ends.retrying])
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
         await self.ends.stop_grouping()
+        # Ends the last groups could not write either: left to their lease (at least once), as
+        # past the grace a stop waits for no outage.
+        await cancel_and_wait(list(self.ends.retrying))
         await self.ends.settled()  # the observers and status of ends written just now
         if interrupted:
             raise asyncio.CancelledError

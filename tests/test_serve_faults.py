@@ -40,9 +40,10 @@ class Quick:
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel serve's `task` and wait for it to end: TimeoutError after 10 s (a hang)."""
     task.cancel()
-    async with asyncio.timeout(10):
-        with contextlib.suppress(asyncio.CancelledError):
+    with contextlib.suppress(asyncio.CancelledError):
+        async with asyncio.timeout(10):
             await task
 
 
@@ -534,6 +535,37 @@ async def test_stop_is_prompt_when_the_store_fails_every_end(store: Store) -> No
         await tried.wait()
     await _stop(serving)  # bounded at 10 s inside
     assert (await jobs.stats()).running == 1  # left to its lease (at least once)
+
+
+async def test_an_end_tried_again_through_an_outage_keeps_no_push_waiting(store: Store) -> None:
+    """The group could not write an end (the store was down for ends): it is tried again in a
+    task of its own, which a push does not wait for; once the store is back, the end is
+    written, and serve's stop waits for it within its grace."""
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    real = store.finish
+    down = {"ends": True}
+    tried = asyncio.Event()
+
+    async def finish(ends: Sequence[End]) -> list[bool]:
+        if down["ends"] and any(end.__class__.__name__ == "Done" for end in ends):
+            tried.set()
+            raise job.StoreUnavailable("down for ends")
+        return await real(ends)
+
+    store.finish = finish  # type: ignore[method-assign]
+    await jobs.push(Quick(1))
+    async with jobs.serving(grace_ms=10_000):
+        async with asyncio.timeout(10):
+            await tried.wait()
+            await until_idle(jobs)
+        async with asyncio.timeout(5):  # the end's retries go on until the store is back
+            assert await jobs.push(Quick(2)) is not None
+            while len(_ran) < 2:  # noqa: ASYNC110 (turns of the loop, bounded)
+                await asyncio.sleep(0)
+        down["ends"] = False
+    assert sorted(_ran) == [1, 2]
+    assert await jobs.stats() == (0, 0, 0)
 
 
 async def test_a_claimed_push_cancelled_as_serve_stops_is_given_back(store: Store) -> None:
