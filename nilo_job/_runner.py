@@ -90,13 +90,21 @@ class Runner:
         self.run_s: float | None = None  # recent seconds per run (a moving average)
 
     async def execute(
-        self, row: Claimed, clock: Callable[[], int], free: Callable[[], None] = _nothing
+        self,
+        row: Claimed,
+        clock: Callable[[], int],
+        free: Callable[[], None] = _nothing,
+        *,
+        hand_off: bool = False,
     ) -> bool:
         """Run one claimed row to its end and write the end. True if `run` was called.
 
         `clock()` is the tick's clock (µs). `free()` is called once the row no longer needs its
         worker: an async run's as soon as its run has returned, before its end is written
         (serve's worker takes its next row meanwhile); otherwise when everything here is over.
+        With `hand_off` (serve's workers), an async run's end, when the queue has no status
+        Space, is handed to serve's group of ends, told to the observers when written, and this
+        returns before then; a drain's ends are written before it returns.
         """
         kind = self.kinds[row.kind]
         if row.unreadable is not None:
@@ -140,7 +148,9 @@ class Runner:
         execution = Execution(functools.partial(self._forget, row.id))
         self.busy[row.id] = execution
         try:
-            return await self._run(kind, row, value, clock, execution, then is not None, free)
+            return await self._run(
+                kind, row, value, clock, execution, then is not None, free, hand_off
+            )
         finally:
             if kind.is_async or not execution.thread_started:
                 execution.end()
@@ -171,6 +181,7 @@ class Runner:
         execution: Execution,
         hand_on_at_end: bool,
         free: Callable[[], None],
+        hand_off: bool,
     ) -> bool:
         started = clock()
         tick = Tick(row.id, row.attempts, row.run_at, _policy.is_last(kind, row.attempts))
@@ -229,7 +240,8 @@ class Runner:
         )
         if kind.is_async:
             free()
-            if self.statuses.space is None and (written := self.ends.submit(end)) is not None:
+            written = self.ends.submit(end) if hand_off and self.statuses.space is None else None
+            if written is not None:
                 # Under serve the group writes the end, and its answer is recorded as it comes:
                 # this task ends now, and a run waiting for its end holds no task meanwhile.
                 written.add_done_callback(

@@ -340,7 +340,7 @@ class Server:
 
     async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
         try:
-            await self.runner.execute(row, self.clock.now, free)
+            await self.runner.execute(row, self.clock.now, free, hand_off=True)
         except Exception:
             # A status space or store failing outside what the runner handles: the row is left
             # to its lease (it runs again), and serve goes on.
@@ -370,8 +370,12 @@ class Server:
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_ms / 1_000
-        interrupted = False
+        task = asyncio.current_task()
+        # A second cancel that came before the grace began (while a claim was being undone).
+        interrupted = task is not None and task.cancelling() > 1
         try:
+            if interrupted:
+                raise asyncio.CancelledError
             # Workers leave once their row's run is over (a row handed over as the feed closed
             # included); then the rows' tasks finish writing their ends.
             await asyncio.wait(workers, timeout=grace_ms / 1_000)

@@ -9,6 +9,7 @@ Every wait is for an event with a bound; nothing sleeps to wait for time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import gc
@@ -431,3 +432,69 @@ async def test_due_times_already_past_do_not_crowd_out_a_later_one(
         _release_busy.set()
         await _wait_mark("later")
     assert _started_at["later"][0] - pushed >= 300_000
+
+
+# ------------------------------------------------------------------------------------------
+# A drain while the same queue serves (other kinds): its ends are written before it returns,
+# though serve's workers hand theirs to serve's group and go on.
+
+
+@dataclasses.dataclass
+class Retried:
+    nilo_job = "retried"
+    retry = job.Retry(times=3)
+
+    async def run(self, tick: job.Tick) -> None:
+        _ran.append(tick.attempts)
+        if tick.attempts < 3:
+            raise RuntimeError("not yet")
+
+
+class EndsSeen:
+    """An observer that keeps every end it is told."""
+
+    def __init__(self) -> None:
+        self.ends: list[tuple[str, str]] = []
+
+    def pushing(self, kind: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def pushed(self, kind: str, row_id: int | None) -> None:
+        return None
+
+    def claimed(self, rows: Sequence[Claimed], now_us: int, seconds: float) -> None:
+        return None
+
+    def running(self, kind: str, tick: job.Tick) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def ended(self, kind: str, outcome: str, error: str | None, seconds: float) -> None:
+        self.ends.append((kind, outcome))
+
+
+async def test_a_drain_while_serving_writes_its_ends_before_it_returns(store: Store) -> None:
+    _reset(1)
+    jobs = job.Jobs(kinds=[Counted, Tagged], store=store, workers=1, poll_ms=60_000)
+    seen = EndsSeen()
+    jobs.observe(seen)
+    async with jobs.serving(grace_ms=5_000, kinds=["tagged"]):
+        await until_idle(jobs)
+        await jobs.push(Counted(1))
+        async with asyncio.timeout(10):
+            assert await jobs.drain() == 1
+        # Read while serve still runs: drain itself wrote the end, and told it.
+        assert await jobs.stats() == (0, 0, 0)
+        assert seen.ends == [("counted", "done")]
+    assert _ran == [1]
+
+
+async def test_a_drain_at_while_serving_runs_every_attempt(store: Store, t: int) -> None:
+    _reset(0)
+    jobs = job.Jobs(kinds=[Retried, Tagged], store=store, workers=1, poll_ms=60_000)
+    await jobs.push(Retried(), at=t)
+    async with jobs.serving(grace_ms=5_000, kinds=["tagged"]):
+        await until_idle(jobs)
+        async with asyncio.timeout(10):
+            assert await jobs.drain_at(t + 3_600_000_000) == 3
+    assert _ran == [1, 2, 3]
+    assert await jobs.stats() == (0, 0, 0)

@@ -568,6 +568,38 @@ async def test_an_end_tried_again_through_an_outage_keeps_no_push_waiting(store:
     assert await jobs.stats() == (0, 0, 0)
 
 
+async def test_a_second_cancel_ends_the_wait_for_an_end_tried_again_and_leaves_no_task(
+    store: Store,
+) -> None:
+    """serve stops with an end being tried again through an outage: it waits within its grace,
+    a second cancel ends that wait at once, and nothing of serve's goes on after it returned
+    (the row is left to its lease)."""
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    real = store.finish
+    tried = asyncio.Event()
+
+    async def down(ends: Sequence[End]) -> list[bool]:
+        if any(end.__class__.__name__ == "Done" for end in ends):
+            tried.set()
+            raise job.StoreUnavailable("down")
+        return await real(ends)
+
+    store.finish = down  # type: ignore[method-assign]
+    await jobs.push(Quick(1))
+    serving = asyncio.create_task(jobs.serve(grace_ms=60_000))
+    async with asyncio.timeout(10):
+        await tried.wait()
+    serving.cancel()
+    for _ in range(20):  # serve is waiting within its grace now
+        await asyncio.sleep(0)
+    assert not serving.done()
+    await _stop(serving)  # a second cancel: TimeoutError if it hangs
+    ends = jobs._runner.ends
+    assert [task for task in (*ends.background, *ends.retrying) if not task.done()] == []
+    assert (await jobs.stats()).running == 1
+
+
 async def test_a_claimed_push_cancelled_as_serve_stops_is_given_back(store: Store) -> None:
     _ran.clear()
     jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
