@@ -514,11 +514,9 @@ async def test_a_claimed_push_cancelled_before_its_group_was_sent_writes_nothing
 #     after the sync face used another.
 
 
-async def test_stop_is_prompt_when_the_store_fails_every_end(store: Store) -> None:
-    """idle() waits on the batcher's one try, not on _write_end's retries (those live in the
-    cancelled row tasks): a down store does not hang a stop past its grace."""
-    _ran.clear()
-    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+def _down_for_done_ends(store: Store) -> asyncio.Event:
+    """Make `store` unreachable for every group of ends with a done row in it (other ends are
+    written); the event is set at the first such try."""
     real = store.finish
     tried = asyncio.Event()
 
@@ -529,6 +527,15 @@ async def test_stop_is_prompt_when_the_store_fails_every_end(store: Store) -> No
         return await real(ends)
 
     store.finish = down  # type: ignore[method-assign]
+    return tried
+
+
+async def test_stop_is_prompt_when_the_store_fails_every_end(store: Store) -> None:
+    """idle() waits on the batcher's one try, not on _write_end's retries (those live in the
+    cancelled row tasks): a down store does not hang a stop past its grace."""
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    tried = _down_for_done_ends(store)
     await jobs.push(Quick(1))
     serving = asyncio.create_task(jobs.serve(grace_ms=0))
     async with asyncio.timeout(10):
@@ -576,16 +583,7 @@ async def test_a_second_cancel_ends_the_wait_for_an_end_tried_again_and_leaves_n
     (the row is left to its lease)."""
     _ran.clear()
     jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
-    real = store.finish
-    tried = asyncio.Event()
-
-    async def down(ends: Sequence[End]) -> list[bool]:
-        if any(end.__class__.__name__ == "Done" for end in ends):
-            tried.set()
-            raise job.StoreUnavailable("down")
-        return await real(ends)
-
-    store.finish = down  # type: ignore[method-assign]
+    tried = _down_for_done_ends(store)
     await jobs.push(Quick(1))
     serving = asyncio.create_task(jobs.serve(grace_ms=60_000))
     async with asyncio.timeout(10):
