@@ -377,14 +377,12 @@ class Server:
             if interrupted:
                 raise asyncio.CancelledError
             # Workers leave once their row's run is over (a row handed over as the feed closed
-            # included); then the rows' tasks finish writing their ends.
+            # included); then the rows' tasks finish writing their ends, and the ends tried
+            # again through an outage.
             await asyncio.wait(workers, timeout=grace_ms / 1_000)
-            if feed.tasks:
-                await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
-            if self.ends.retrying:  # ends tried again through an outage: the grace is theirs too
-                await asyncio.wait(
-                    set(self.ends.retrying), timeout=max(0.0, deadline - loop.time())
-                )
+            for tasks in (feed.tasks, self.ends.retrying):
+                if tasks:
+                    await asyncio.wait(set(tasks), timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:
             interrupted = True
         late = set(feed.tasks)
@@ -395,9 +393,7 @@ class Server:
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
         await self.ends.stop_grouping()
-        # Ends the last groups could not write either: left to their lease (at least once), as
-        # past the grace a stop waits for no outage.
-        await cancel_and_wait(list(self.ends.retrying))
+        await cancel_and_wait(list(self.ends.retrying))  # the last groups': left to the lease
         await self.ends.settled()  # the observers and status of ends written just now
         if interrupted:
             raise asyncio.CancelledError

@@ -27,6 +27,9 @@ every row).
 Every connection has a bounded connect time: `connect_timeout` from the URL, or 10 s. A server
 that cannot be reached within it, and the driver's errors that mean the table is missing or
 older than this version, are `StoreUnavailable` with a sentence naming the server.
+
+(A little over 400 lines: `Kept` opens its connection with this module's `connect` and says its
+errors with `unavailable`, so it stays beside `Connections`.)
 """
 
 from __future__ import annotations
