@@ -102,9 +102,8 @@ class Runner:
         `clock()` is the tick's clock (µs). `free()` is called once the row no longer needs its
         worker: an async run's as soon as its run has returned, before its end is written
         (serve's worker takes its next row meanwhile); otherwise when everything here is over.
-        With `hand_off` (serve's workers), an async run's end, when the queue has no status
-        Space, is handed to serve's group of ends, told to the observers when written, and this
-        returns before then; a drain's ends are written before it returns.
+        With `hand_off` (serve's workers, no status Space) an async run's end is handed to
+        serve's group and told when written, after this returns.
         """
         kind = self.kinds[row.kind]
         if row.unreadable is not None:
@@ -241,9 +240,7 @@ class Runner:
         if kind.is_async:
             free()
             written = self.ends.submit(end) if hand_off and self.statuses.space is None else None
-            if written is not None:
-                # Under serve the group writes the end, and its answer is recorded as it comes:
-                # this task ends now, and a run waiting for its end holds no task meanwhile.
+            if written is not None:  # this task ends now: no task waits for the end
                 written.add_done_callback(
                     functools.partial(self._written, kind, row, end, seconds, error)
                 )
@@ -302,11 +299,7 @@ class Runner:
             )  # fmt: skip
             return
         try:
-            progress = self.progress_of.pop(row.id, None)
-            tell(
-                self.observers, self.wakeups, kind, row, end, seconds, False, error,
-                written.result(), progress,
-            )  # fmt: skip
+            self._tell(kind, row, end, seconds, False, error, written.result())
         except Exception:
             log.exception(
                 "%s row %d: its end was written, but telling the observers failed",
@@ -348,12 +341,25 @@ class Runner:
         error: BaseException | None,
         applied: bool | None,
     ) -> None:
-        progress = self.progress_of.pop(row.id, None)
-        status = tell(
-            self.observers, self.wakeups, kind, row, end, seconds, dropped, error, applied, progress
-        )
+        status = self._tell(kind, row, end, seconds, dropped, error, applied)
         if status is not None:
             await self.statuses.put(row.id, *status)
+
+    def _tell(
+        self,
+        kind: Kind,
+        row: Claimed,
+        end: End,
+        seconds: float,
+        dropped: bool,
+        error: BaseException | None,
+        applied: bool | None,
+    ) -> tuple[State, int, int | None] | None:
+        """`tell` how `end` went, with the run's last progress figure; the row's status now."""
+        progress = self.progress_of.pop(row.id, None)
+        return tell(
+            self.observers, self.wakeups, kind, row, end, seconds, dropped, error, applied, progress
+        )
 
     async def progress(self, row_id: int, n: int) -> None:
         """Record `n` as the progress of `row_id`'s run, if it runs in this process and the
