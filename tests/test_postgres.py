@@ -412,6 +412,31 @@ async def test_a_row_another_queue_pushed_for_later_starts_when_due_not_at_the_n
     assert started - pushed >= 300_000
 
 
+async def test_each_inserted_row_sends_its_due_time_and_a_taken_key_sends_nothing(
+    jobs: job.Jobs, pg_url: str
+) -> None:
+    """What other processes' workers hear: one notification per queued row, its payload the
+    row's due time in microseconds; a push whose key was taken inserted nothing and says
+    nothing; push_many says the earliest due time once."""
+    await jobs.push(Welcome(0))  # the table exists before the listener asks for the channel
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+        await listener.execute("LISTEN nilo_jobs")
+        at = job.now_us() + 3_600_000_000
+        await jobs.push(Welcome(1), at=at)
+        assert await jobs.push(Welcome(2), at=at + 1, unique="k") is not None
+        assert await jobs.push(Welcome(3), at=at + 2, unique="k") is None
+        await jobs.push_many([Welcome(4), Welcome(5)], at=at + 3)
+        await listener.execute("SELECT 1")  # a round trip: every notification has arrived
+        heard: list[tuple[str, str]] = []
+        async for note in listener.notifies(timeout=0.5):
+            heard.append((note.channel, note.payload))
+    assert heard == [
+        ("nilo_jobs", str(at)),
+        ("nilo_jobs", str(at + 1)),
+        ("nilo_jobs", str(at + 3)),
+    ]
+
+
 # --------------------------------------------------------------------------- concurrency
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 import psycopg
@@ -58,6 +58,10 @@ CONNECT_TIMEOUT_S = 10
 _WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
 
 Use = Literal["push", "claim", "end"]
+
+Statement = Callable[[psycopg.AsyncCursor[Any]], Awaitable[Any]]
+"""One statement that commits on its own, run on a cursor: a kept connection's own cursor,
+made once (a new cursor copies the connection's adapters, about a twentieth of a push)."""
 """What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
 USES: tuple[Use, ...] = ("push", "claim", "end")
 
@@ -238,13 +242,14 @@ class Connections:
             StoreUnavailable: the server cannot be reached, or the table is missing or older.
         """
         pool = await self.get_pool(work=work)
-        if work and self.pooler and self.owns_pool:
-            fn, transaction = _pg_pooler.local(fn), False
+        local = work and self.pooler and self.owns_pool  # the workers' settings, per transaction
         try:
             async with pool.connection() as conn:
-                if not transaction:
+                if not (transaction or local):
                     return await fn(conn)
                 async with conn.transaction():
+                    if local:
+                        await conn.execute(_pg_pooler.WORK_LOCAL)
                     return await fn(conn)
         except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
             if isinstance(error, DOWN):
@@ -259,11 +264,11 @@ class Connections:
     def _new_kept(self) -> dict[Use, Kept]:
         return {use: Kept(self, self.plain if use == "push" else self.work) for use in USES}
 
-    async def kept_run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any], use: Use) -> Any:
-        """`fn(conn)`, one statement that commits on its own, on the connection kept for `use`
-        (one-row pushes; serve's claims; serve's groups of ends, in the workers' session) when
-        that is free, else on a pooled one. A store over an application's pool keeps no
-        connection of its own: it opens nothing behind that pool.
+    async def kept_run(self, fn: Statement, use: Use) -> Any:
+        """`fn(cursor)`, one statement that commits on its own, on the connection kept for
+        `use` (one-row pushes; serve's claims; serve's groups of ends, in the workers' session)
+        and its cursor, when that is free, else on a new cursor of a pooled connection. A store
+        over an application's pool keeps no connection of its own: it opens nothing behind it.
 
         Raises:
             StoreUnavailable: the server cannot be reached, or the table is missing or older.
@@ -279,7 +284,7 @@ class Connections:
             done, answer = await kept.run(_pg_pooler.local(fn) if work and self.pooler else fn)
             if done:
                 return answer
-        return await self.run(fn, work=work, transaction=False)
+        return await self.run(lambda conn: fn(conn.cursor()), work=work, transaction=False)
 
     @contextlib.asynccontextmanager
     async def listening(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -348,23 +353,25 @@ class Kept:
     producer's pushes, serve's claims, serve's groups of ends), which then skip the pool's
     checkout and return: about 60 µs of CPU a call on the benchmark's machine.
 
-    It is opened at the first call and serves one call at a time, on the event loop that opened
-    it (or on another once that loop is closed); `run` says when it was not free, and the
-    caller goes through its pool. If it breaks, or a call on it is cut off mid-statement, it is
-    closed and the next call opens a fresh one. `close()` closes it, or leaves that to the call
-    using it at that moment.
+    It is opened at the first call, with one cursor that every call uses, and serves one call
+    at a time, on the event loop that opened it (or on another once that loop is closed); `run`
+    says when it was not free, and the caller goes through its pool. If it breaks, or a call on
+    it is cut off mid-statement, it is closed and the next call opens a fresh one. `close()`
+    closes it, or leaves that to the call using it at that moment.
     """
 
     def __init__(self, connections: Connections, options: dict[str, Any]) -> None:
         self.connections = connections
         self.options = options
         self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.cur: psycopg.AsyncCursor[Any] | None = None  # the connection's one cursor
         self.loop: asyncio.AbstractEventLoop | None = None
         self.lock = threading.Lock()  # taken without waiting: one call at a time
         self.closing = False  # close() came while a call held the lock: that call closes it
 
-    async def run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Any]) -> tuple[bool, Any]:
-        """(True, `fn(conn)`) on the kept connection, or (False, None) when it is not free.
+    async def run(self, fn: Statement) -> tuple[bool, Any]:
+        """(True, `fn(cursor)`) on the kept connection's cursor, or (False, None) when it is
+        not free.
 
         Raises:
             StoreUnavailable: the connection could not be opened, or broke.
@@ -376,24 +383,24 @@ class Kept:
             owner = self.loop
             if owner is not None and owner is not loop and not owner.is_closed():
                 return False, None
-            conn = self.conn
-            if conn is None or conn.closed:
+            conn, cur = self.conn, self.cur
+            if conn is None or cur is None or conn.closed:
                 conn = await self.connections.connect(**self.options)
-                self.conn = conn
+                self.conn, self.cur = conn, cur = conn, conn.cursor()
             self.loop = loop
             try:
-                return True, await fn(conn)
+                return True, await fn(cur)
             except BaseException as error:
                 if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     # Broken, or cut off mid-statement: the next call opens a fresh one.
-                    self.conn = self.loop = None
+                    self.conn, self.cur, self.loop = None, None, None
                     await conn.close()
                 if isinstance(error, (*DOWN, errors.UndefinedTable, errors.UndefinedColumn)):
                     raise self.connections.unavailable(error) from error
                 raise
             finally:
                 if self.closing:  # close() came while this call held it (or was opening it)
-                    self.conn, self.loop, self.closing = None, None, False
+                    self.conn, self.cur, self.loop, self.closing = None, None, None, False
                     await conn.close()
         finally:
             self.closing = False  # (a close() while the connection failed to open: nothing left)
@@ -404,7 +411,7 @@ class Kept:
             self.closing = True  # a call is using it (or opening it): that call closes it
             return
         try:
-            conn, self.conn, self.loop = self.conn, None, None
+            conn, self.conn, self.cur, self.loop = self.conn, None, None, None
         finally:
             self.lock.release()
         if conn is not None:

@@ -89,17 +89,19 @@ def read(url: str, pooler: bool, listen_url: str | None) -> Pooler:
 
 
 def local(
-    fn: Callable[[psycopg.AsyncConnection[Any]], Any],
-) -> Callable[[psycopg.AsyncConnection[Any]], Any]:
-    """`fn` (a claim or ends) in a transaction of its own that first takes the workers' settings
-    for itself alone (`WORK_LOCAL`): a commit that need not wait for the disk (losing one to a
-    server crash can only make a row run again) and a plan without bitmap scans. Two statements
-    and a BEGIN and COMMIT, but each claim and end is then as fast as on a session of its own."""
+    fn: Callable[[psycopg.AsyncCursor[Any]], Any],
+) -> Callable[[psycopg.AsyncCursor[Any]], Any]:
+    """`fn` (a claim or ends on a kept connection's cursor) in a transaction of its own that
+    first takes the workers' settings for itself alone (`WORK_LOCAL`): a commit that need not
+    wait for the disk (losing one to a server crash can only make a row run again) and a plan
+    without bitmap scans. Two statements and a BEGIN and COMMIT, but each claim and end is then
+    as fast as on a session of its own. (A pooled connection's transaction takes the same
+    settings in `Connections.run`.)"""
 
-    async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
-        async with conn.transaction():
-            await conn.execute(WORK_LOCAL)
-            return await fn(conn)
+    async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
+        async with cur.connection.transaction():
+            await cur.execute(WORK_LOCAL)
+            return await fn(cur)
 
     return run
 

@@ -23,12 +23,12 @@ def numbers(values: Sequence[int | None]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-async def delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) -> list[bool]:
+async def delete_done(cur: psycopg.AsyncCursor[Any], ends: Sequence[Done]) -> list[bool]:
     """Delete the rows of `ends` (runs that finished, no schedule's next tick) in one statement,
     moving into the history those that keep one; for each end, whether its row was still its
     attempt's (False: the lease ran out and another worker took it)."""
     if any(end.finished_at is not None for end in ends):
-        cur = await conn.execute(
+        await cur.execute(
             SQL["keep_many"],
             (
                 numbers([end.id for end in ends]),
@@ -39,7 +39,7 @@ async def delete_done(conn: psycopg.AsyncConnection[Any], ends: Sequence[Done]) 
             ),
         )
     else:
-        cur = await conn.execute(
+        await cur.execute(
             SQL["done_many"],
             (numbers([end.id for end in ends]), numbers([end.attempts for end in ends])),
         )

@@ -158,8 +158,8 @@ class PostgresTable(Reading):
             # One row is one statement, which commits on its own: one round trip, not three.
             query, params = insert_statement(rows[0])
 
-            async def one(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
-                found = await (await conn.execute(query, params)).fetchone()
+            async def one(cur: psycopg.AsyncCursor[Any]) -> list[int | None]:
+                found = await (await cur.execute(query, params)).fetchone()
                 return [None if found is None else int(found[0])]
 
             alone: list[int | None] = await self._connections.kept_run(one, "push")
@@ -225,8 +225,8 @@ class PostgresTable(Reading):
             "worker": worker,
         }
 
-        async def claim(conn: psycopg.AsyncConnection[Any]) -> list[Claimed]:
-            cur = await conn.execute(SQL["claim"], params)
+        async def claim(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
+            await cur.execute(SQL["claim"], params)
             return [
                 Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in await cur.fetchall()
             ]
@@ -242,7 +242,7 @@ class PostgresTable(Reading):
             # The common case, a batch of runs that simply finished: one statement, on the
             # connection kept for serve's ends (its groups are written one at a time).
             done: list[bool] = await self._connections.kept_run(
-                lambda conn: delete_done(conn, plain), "end"
+                lambda cur: delete_done(cur, plain), "end"
             )
             return done
 

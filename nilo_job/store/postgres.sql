@@ -90,12 +90,11 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 
 -- name: push
 -- The common row: queued, no unique key. No ON CONFLICT, whose speculative insertion costs an
--- extra WAL record even when the key is NULL, and three parameters instead of seven.
-WITH pushed AS (
-    INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at)
-    VALUES (%s, %s::json, 'queued', %s, %s)
-    RETURNING id, run_at)
-SELECT id, pg_notify('nilo_jobs', run_at::text) FROM pushed;
+-- extra WAL record even when the key is NULL, and four parameters instead of ten. The NOTIFY
+-- is in RETURNING, not in a SELECT over a WITH: one plan node fewer (about a fiftieth of a push).
+INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at)
+VALUES (%s, %s::json, 'queued', %s, %s)
+RETURNING id, pg_notify('nilo_jobs', run_at::text);
 
 -- name: push_claimed
 -- A row its pusher claimed for an idle worker of its own (no key): it wakes nobody else.
@@ -106,15 +105,13 @@ RETURNING id;
 
 -- name: push_row
 -- A row with a unique key (and perhaps claimed by its pusher, which then wakes nobody else).
-WITH pushed AS (
-    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until,
-                           pushed_at, started_at, worker)
-    VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
-            %(lease_until)s, %(pushed_at)s, %(started_at)s, %(worker)s)
-    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id, run_at)
-SELECT id, CASE WHEN %(state)s = 'queued' THEN pg_notify('nilo_jobs', run_at::text) END
-FROM pushed;
+-- RETURNING holds no row, and so sends no NOTIFY, when the key was taken.
+INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until, pushed_at,
+                       started_at, worker)
+VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
+        %(lease_until)s, %(pushed_at)s, %(started_at)s, %(worker)s)
+ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id, CASE WHEN state = 'queued' THEN pg_notify('nilo_jobs', run_at::text) END;
 
 -- name: push_bulk
 WITH pushed AS (
