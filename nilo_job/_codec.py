@@ -14,7 +14,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -36,28 +36,23 @@ class Codec:
         Refusal: a field's type cannot round-trip through JSON; the message names the field.
     """
 
-    __slots__ = ("_decoder", "_encoder", "cls", "model")
+    __slots__ = ("_own_eq", "_read", "_write", "cls", "model")
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
         self.model = is_pydantic(cls)  # a Pydantic model writes and reads its own JSON
         _check_fields(cls)
-        self._encoder = msgspec.json.Encoder()
-        self._decoder: msgspec.json.Decoder[Any] | None = (
-            None if self.model else msgspec.json.Decoder(cls)
+        # The encoder's and decoder's own methods, called with no function of ours around them
+        # (a push makes both calls).
+        self._write: Callable[[object], bytes] = (
+            _dump_model if self.model else msgspec.json.Encoder().encode
         )
-
-    def _write(self, value: object) -> bytes:
-        if self.model:
-            # A value of the wrong type (made with model_construct) is an error, not a warning.
-            dumped: str = value.model_dump_json(warnings="error")  # type: ignore[attr-defined]
-            return dumped.encode()
-        return self._encoder.encode(value)
-
-    def _read(self, data: bytes) -> Any:
-        if self._decoder is None:
-            return self.cls.model_validate_json(data)  # type: ignore[attr-defined]
-        return self._decoder.decode(data)
+        self._read: Callable[[bytes], Any] = (
+            cls.model_validate_json  # type: ignore[attr-defined]
+            if self.model
+            else msgspec.json.Decoder(cls).decode
+        )
+        self._own_eq = _has_own_eq(cls)  # see _equal
 
     def encode(self, value: object) -> bytes:
         """The JSON of `value`, checked to decode back to an equal value.
@@ -95,7 +90,7 @@ class Codec:
                 f"{name} would not come back from JSON ({error}); nothing was pushed"
             ) from None
         try:
-            equal = _equal(back, value)
+            equal = bool(back == value) if self._own_eq else _equal(back, value)
         except Exception as error:  # Decimal("sNaN") == anything raises, for one
             raise Refusal(
                 f"{name} holds a value that cannot be compared with what comes back from JSON "
@@ -184,11 +179,22 @@ def plain(payload: bytes) -> Any:
         return payload.decode(errors="replace")
 
 
+def _dump_model(value: object) -> bytes:
+    """A Pydantic model's JSON; a value of the wrong type (made with model_construct) is an
+    error, not a warning."""
+    dumped: str = value.model_dump_json(warnings="error")  # type: ignore[attr-defined]
+    return dumped.encode()
+
+
+def _has_own_eq(cls: type[object]) -> bool:
+    return cls.__eq__ is not object.__eq__
+
+
 def _equal(back: object, value: object) -> bool:
     """Whether what came back from JSON equals what was pushed: by the class's own `==` when
     it has one (dataclasses and Structs compare field by field, types included, so a datetime
     that came back as a str is not equal), else by the plain JSON values."""
-    if type(value).__eq__ is not object.__eq__:
+    if _has_own_eq(type(value)):
         return bool(back == value)
     return bool(msgspec.to_builtins(back) == msgspec.to_builtins(value))
 

@@ -142,12 +142,14 @@ class Producer:
                 row, lease_until=claimed_at + self.lease_ms * 1_000, worker=worker()
             )
         try:
-            with self.observers.pushing(kind.name):
-                if feed is None:
-                    row_id = await self.grouped(row)
-                else:
-                    row_id = await self._push_claimed(feed, kind, row, claimed_at)
-                if self.observers.all:
+            if feed is None and not self.observers.all:  # the common push, with nothing around
+                row_id = await self.grouped(row)
+            else:
+                with self.observers.pushing(kind.name):
+                    if feed is None:
+                        row_id = await self.grouped(row)
+                    else:
+                        row_id = await self._push_claimed(feed, kind, row, claimed_at)
                     self.observers.pushed([row], [row_id])
         except BaseException:
             if within is not None:
