@@ -23,7 +23,7 @@ import pytest
 from serving import FailingSpace, held_at, until_idle
 
 import nilo_job as job
-from nilo_job.store.contract import Died, End, NewRow, Store
+from nilo_job.store.contract import Claimed, Died, End, NewRow, Store
 
 _ran: list[int] = []
 
@@ -596,6 +596,41 @@ async def test_a_second_cancel_ends_the_wait_for_an_end_tried_again_and_leaves_n
     ends = jobs._runner.ends
     assert [task for task in (*ends.background, *ends.retrying) if not task.done()] == []
     assert (await jobs.stats()).running == 1
+
+
+async def test_a_stop_while_a_claim_is_answered_gives_its_rows_back_unrun(store: Store) -> None:
+    """The store has claimed the row, and its answer is on the way when serve is told to stop:
+    the row goes back to the table as it arrives, unrun, with an idle worker right there."""
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    await jobs.push(Quick(1))
+    real = store.claim
+    gate = asyncio.Event()
+    answers: list[asyncio.Future[list[Claimed]]] = []
+
+    async def claim(*args: Any, **kwargs: Any) -> list[Claimed]:
+        async def answer() -> list[Claimed]:
+            rows = await real(*args, **kwargs)  # claimed in the store…
+            await gate.wait()  # …and the answer is on its way
+            return rows
+
+        inner = asyncio.ensure_future(answer())
+        answers.append(inner)
+        return await asyncio.shield(inner)
+
+    store.claim = claim  # type: ignore[method-assign]
+    serving = asyncio.create_task(jobs.serve(grace_ms=5_000))
+    async with asyncio.timeout(10):
+        while not answers or (await jobs.stats()).running != 1:  # noqa: ASYNC110 (bounded)
+            await asyncio.sleep(0)
+    stopping = asyncio.create_task(_stop(serving))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gate.set()
+    async with asyncio.timeout(10):
+        await stopping
+    assert _ran == []
+    assert await jobs.stats() == (1, 0, 0)
 
 
 async def test_a_claimed_push_cancelled_as_serve_stops_is_given_back(store: Store) -> None:
