@@ -47,6 +47,16 @@ async def _stop(task: asyncio.Task[None]) -> None:
             await task
 
 
+async def _stopping(serving: asyncio.Task[None], gate: asyncio.Event) -> asyncio.Task[None]:
+    """Start stopping serve's `serving`, let the stop begin (a few turns of the loop), then
+    open `gate`, which held a store call in flight: the stop, to await."""
+    stopping = asyncio.create_task(_stop(serving))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gate.set()
+    return stopping
+
+
 # ------------------------------------------------------------------------------------------
 # 1. The end of a run that has returned is written even when serve stops past its grace while
 #    that end waits for a group being written: no row is left `running` by a stop.
@@ -70,10 +80,7 @@ async def test_ends_waiting_for_a_group_are_written_when_serve_stops_past_its_gr
             await asyncio.sleep(0)
     assert sorted(_ran) == [1, 2]
     # grace 0: `nilo-job worker --grace-ms 0`, or a second SIGTERM
-    stopping = asyncio.create_task(_stop(serving))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    gate.set()
+    stopping = await _stopping(serving, gate)
     async with asyncio.timeout(10):
         await stopping
         await asyncio.gather(*writes)
@@ -623,10 +630,7 @@ async def test_a_stop_while_a_claim_is_answered_gives_its_rows_back_unrun(store:
     async with asyncio.timeout(10):
         while not answers or (await jobs.stats()).running != 1:  # noqa: ASYNC110 (bounded)
             await asyncio.sleep(0)
-    stopping = asyncio.create_task(_stop(serving))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    gate.set()
+    stopping = await _stopping(serving, gate)
     async with asyncio.timeout(10):
         await stopping
     assert _ran == []
