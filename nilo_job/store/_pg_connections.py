@@ -58,12 +58,12 @@ CONNECT_TIMEOUT_S = 10
 _WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
 
 Use = Literal["push", "claim", "end"]
+"""What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
+USES: tuple[Use, ...] = ("push", "claim", "end")
 
 Statement = Callable[[psycopg.AsyncCursor[Any]], Awaitable[Any]]
 """One statement that commits on its own, run on a cursor: a kept connection's own cursor,
 made once (a new cursor copies the connection's adapters, about a twentieth of a push)."""
-"""What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
-USES: tuple[Use, ...] = ("push", "claim", "end")
 
 
 def where(conninfo: str) -> str:
@@ -386,7 +386,8 @@ class Kept:
             conn, cur = self.conn, self.cur
             if conn is None or cur is None or conn.closed:
                 conn = await self.connections.connect(**self.options)
-                self.conn, self.cur = conn, cur = conn, conn.cursor()
+                cur = conn.cursor()
+                self.conn, self.cur = conn, cur
             self.loop = loop
             try:
                 return True, await fn(cur)

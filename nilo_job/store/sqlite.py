@@ -188,10 +188,6 @@ class SqliteTable(Reading):
     def _tell(self, rows: Sequence[NewRow], ids: Sequence[int | None]) -> None:
         """Signal the other serving processes of the queued rows just committed (a row claimed
         by its pusher's own worker, or one whose key was taken, needs nobody)."""
-        if len(rows) == 1:  # (a single push, without a list made for it)
-            if ids[0] is not None and rows[0].lease_until is None:
-                self._signals.send(rows[0].run_at)
-            return
         due = [row.run_at for row, row_id in zip(rows, ids, strict=True) if row_id is not None
                and row.lease_until is None]  # fmt: skip
         if due:
