@@ -27,11 +27,11 @@ from ._failure import MESSAGE_CHARS, storable
 from ._kinds import Kind
 from ._observe import Observers
 from ._status import Statuses
-from ._telling import tell
+from ._telling import Ending, tell
 from ._ticks import Ticks
 from ._values import Missed, Overlap, State, Tick
 from ._wakeups import Wakeups
-from .store.contract import Claimed, Died, Done, End, NewRow, Released, Store
+from .store.contract import Claimed, Died, Done, NewRow, Released, Store
 
 log = logging.getLogger("nilo_job")
 
@@ -118,7 +118,9 @@ class Runner:
                     kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
                 )  # fmt: skip
                 next_tick = self.ticks.next_row(kind, row.run_at, now)
-                await self._end(kind, row, Done(row.id, row.attempts, next_tick), dropped=True)
+                await self._end(
+                    Ending(kind, row, Done(row.id, row.attempts, next_tick), dropped=True)
+                )
                 return False
             if kind.overlap is Overlap.QUEUE:
                 # The next tick may start while this one runs: hand the key on now.
@@ -165,7 +167,7 @@ class Runner:
         """Kill `row` as `BadPayload` without running it: `why` says what is wrong with it."""
         detail = storable(f"{why} (the row did not run)", MESSAGE_CHARS)
         end = Died(row.id, row.attempts, clock(), BadPayload.__name__, detail, then)
-        await self._end(kind, row, end)
+        await self._end(Ending(kind, row, end))
 
     def _forget(self, row_id: int, execution: Execution) -> None:
         if self.busy.get(row_id) is execution:
@@ -212,7 +214,9 @@ class Runner:
             elif kind.is_async or not execution.thread_started or execution.done:
                 # The worker is shutting down past its grace: give the row back unrun.
                 given_back = Released(row.id, row.attempts, clock())
-                await asyncio.shield(self._end(kind, row, given_back, time.monotonic() - began))
+                await asyncio.shield(
+                    self._end(Ending(kind, row, given_back, time.monotonic() - began))
+                )
                 raise
             else:
                 # A thread cannot be stopped: the row stays running under its lease, so that
@@ -237,19 +241,18 @@ class Runner:
         end = _policy.decide(
             kind, row, error, ended, then, keep=self.keep, started_us=began_us, result=result
         )
+        ending = Ending(kind, row, end, seconds, error=error)
         if kind.is_async:
             free()
             written = self.ends.submit(end) if hand_off and self.statuses.space is None else None
             if written is not None:  # this task ends now: no task waits for the end
-                written.add_done_callback(
-                    functools.partial(self._written, kind, row, end, seconds, error)
-                )
+                written.add_done_callback(functools.partial(self._written, ending))
                 return True
         # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
         # group, which writes it whatever happens to this task; only this process's
         # bookkeeping of it (observers, status) is skipped.
         try:
-            await self._end(kind, row, end, seconds, error=error)
+            await self._end(ending)
         finally:
             task = asyncio.current_task()
             if not kind.is_async and not (task is not None and task.cancelling()):
@@ -258,39 +261,23 @@ class Runner:
                 await execution.wait()
         return True
 
-    async def _end(
-        self,
-        kind: Kind,
-        row: Claimed,
-        end: End,
-        seconds: float = 0.0,
-        *,
-        dropped: bool = False,
-        error: BaseException | None = None,
-    ) -> None:
-        """Write `end`, then tell the observers, the log and the status Space how it went;
-        `error` is the failure the end records, for the log's traceback."""
-        late = functools.partial(self._recorded_late, kind, row, end, seconds, dropped, error)
-        applied = await self.ends.write(kind.name, row, end, late)
-        await self._record(kind, row, end, seconds, dropped, error, applied)
+    async def _end(self, ending: Ending) -> None:
+        """Write `ending`'s end, then tell the observers, the log and the status Space how it
+        went."""
+        late = functools.partial(self._recorded_late, ending)
+        applied = await self.ends.write(ending.kind.name, ending.row, ending.end, late)
+        await self._record(ending, applied)
 
-    def _written(
-        self,
-        kind: Kind,
-        row: Claimed,
-        end: End,
-        seconds: float,
-        error: BaseException | None,
-        written: asyncio.Future[bool],
-    ) -> None:
+    def _written(self, ending: Ending, written: asyncio.Future[bool]) -> None:
         """The group's answer for an end handed to it (`Ends.submit`), recorded at once. An end
         the group could not write goes the whole way of `_end` in a background task that
         serve's stop waits for, when that way may still write it (an outage it waits out, a
         refusal of its error's text); otherwise it is left to its lease, as `_end` would."""
+        kind, row = ending.kind, ending.row
         failure = None if written.cancelled() else written.exception()
         if written.cancelled() or failure is not None:
-            if isinstance(failure, StoreUnavailable) or self.ends.could_write_plainer(end):
-                self.ends.later(self._end_or_log(kind, row, end, seconds, error), retrying=True)
+            if isinstance(failure, StoreUnavailable) or self.ends.could_write_plainer(ending.end):
+                self.ends.later(self._end_or_log(ending), retrying=True)
                 return
             log.error(
                 "%s row %d: its run could not be recorded; it runs again after its lease",
@@ -299,67 +286,37 @@ class Runner:
             )  # fmt: skip
             return
         try:
-            self._tell(kind, row, end, seconds, False, error, written.result())
+            self._tell(ending, written.result())
         except Exception:
             log.exception(
                 "%s row %d: its end was written, but telling the observers failed",
                 kind.name, row.id, extra={"kind": kind.name, "row": row.id},
             )  # fmt: skip
 
-    async def _end_or_log(
-        self, kind: Kind, row: Claimed, end: End, seconds: float, error: BaseException | None
-    ) -> None:
+    async def _end_or_log(self, ending: Ending) -> None:
         try:
-            await self._end(kind, row, end, seconds, error=error)
+            await self._end(ending)
         except Exception:
             log.exception(
                 "%s row %d: its run could not be recorded; it runs again after its lease",
-                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+                ending.kind.name, ending.row.id,
+                extra={"kind": ending.kind.name, "row": ending.row.id},
             )  # fmt: skip
 
-    def _recorded_late(
-        self,
-        kind: Kind,
-        row: Claimed,
-        end: End,
-        seconds: float,
-        dropped: bool,
-        error: BaseException | None,
-        applied: bool,
-    ) -> None:
+    def _recorded_late(self, ending: Ending, applied: bool) -> None:
         """An end written after its row's task was cancelled: record it in a task of its own
         (which serve's stop waits for)."""
-        self.ends.later(self._record(kind, row, end, seconds, dropped, error, applied))
+        self.ends.later(self._record(ending, applied))
 
-    async def _record(
-        self,
-        kind: Kind,
-        row: Claimed,
-        end: End,
-        seconds: float,
-        dropped: bool,
-        error: BaseException | None,
-        applied: bool | None,
-    ) -> None:
-        status = self._tell(kind, row, end, seconds, dropped, error, applied)
+    async def _record(self, ending: Ending, applied: bool | None) -> None:
+        status = self._tell(ending, applied)
         if status is not None:
-            await self.statuses.put(row.id, *status)
+            await self.statuses.put(ending.row.id, *status)
 
-    def _tell(
-        self,
-        kind: Kind,
-        row: Claimed,
-        end: End,
-        seconds: float,
-        dropped: bool,
-        error: BaseException | None,
-        applied: bool | None,
-    ) -> tuple[State, int, int | None] | None:
-        """`tell` how `end` went, with the run's last progress figure; the row's status now."""
-        progress = self.progress_of.pop(row.id, None)
-        return tell(
-            self.observers, self.wakeups, kind, row, end, seconds, dropped, error, applied, progress
-        )
+    def _tell(self, ending: Ending, applied: bool | None) -> tuple[State, int, int | None] | None:
+        """`tell` how `ending` went, with the run's last progress figure; the row's status now."""
+        progress = self.progress_of.pop(ending.row.id, None)
+        return tell(self.observers, self.wakeups, ending, applied, progress)
 
     async def progress(self, row_id: int, n: int) -> None:
         """Record `n` as the progress of `row_id`'s run, if it runs in this process and the

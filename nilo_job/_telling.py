@@ -4,6 +4,7 @@ schedule's next tick), and the status the row has now."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from types import TracebackType
 
@@ -18,27 +19,36 @@ from .store.contract import Claimed, Died, Done, End, Released, Retrying
 log = logging.getLogger("nilo_job")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ending:
+    """A run's end on its way to the store and then to `tell`: `end` of `row` (of `kind`);
+    `seconds`, how long the run took; `dropped`, a schedule's tick dropped unrun; `error`, the
+    failure the end records, for the log's traceback."""
+
+    kind: Kind
+    row: Claimed
+    end: End
+    seconds: float = 0.0
+    dropped: bool = False
+    error: BaseException | None = None
+
+
 def tell(
     observers: Observers,
     wakeups: Wakeups,
-    kind: Kind,
-    row: Claimed,
-    end: End,
-    seconds: float,
-    dropped: bool,
-    error: BaseException | None,
+    ending: Ending,
     applied: bool | None,
     progress: int | None,
 ) -> tuple[State, int, int | None] | None:
-    """Tell the observers, the log and serve's wake-ups how `end` of `row` went (`applied`:
-    whether it applied, False when the lease was lost, None when it could not be written;
-    `seconds`: the run's duration; `error`: the failure it records, for the log's traceback;
-    `progress`: the run's last progress figure); the status the row has now, for the status
-    Space, or None when it has none to record."""
+    """Tell the observers, the log and serve's wake-ups how `ending` went (`applied`: whether
+    it applied, False when the lease was lost, None when it could not be written; `progress`:
+    the run's last progress figure); the status the row has now, for the status Space, or None
+    when it has none to record."""
     if applied is None:
         return None
+    kind, row, end, seconds = ending.kind, ending.row, ending.end, ending.seconds
     fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
-    outcome: Outcome = "lost" if not applied else "dropped" if dropped else _outcome(end)
+    outcome: Outcome = "lost" if not applied else "dropped" if ending.dropped else _outcome(end)
     observers.ended(kind.name, outcome, _error_of(end), seconds)
     if not applied:
         log.warning(
@@ -65,7 +75,7 @@ def tell(
             "%s row %d failed with %s on attempt %d: %s; retrying in %.1f s",
             kind.name, row.id, end.error, row.attempts, end.detail, wait_ms / 1_000,
             extra={**fields, "error": end.error, "wait_ms": wait_ms},
-            exc_info=exc_info(error),
+            exc_info=exc_info(ending.error),
         )  # fmt: skip
         return State.QUEUED, row.attempts, None
     if isinstance(end, Died):
@@ -73,7 +83,7 @@ def tell(
             "%s row %d failed with %s on attempt %d and is dead: %s",
             kind.name, row.id, end.error, row.attempts, end.detail,
             extra={**fields, "error": end.error},
-            exc_info=exc_info(error),
+            exc_info=exc_info(ending.error),
         )  # fmt: skip
         return State.DEAD, row.attempts, progress
     return State.QUEUED, row.attempts - 1, None

@@ -14,7 +14,7 @@ import contextvars
 import dataclasses
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -521,32 +521,41 @@ async def test_a_claimed_push_cancelled_before_its_group_was_sent_writes_nothing
 #     after the sync face used another.
 
 
-def _down_for_done_ends(store: Store) -> asyncio.Event:
-    """Make `store` unreachable for every group of ends with a done row in it (other ends are
-    written); the event is set at the first such try."""
+def _down_for_done_ends(store: Store, down: Callable[[], bool] = lambda: True) -> asyncio.Event:
+    """Make `store` unreachable for every group of ends with a done row in it while `down()`
+    (other ends are written); the event is set at the first such try."""
     real = store.finish
     tried = asyncio.Event()
 
-    async def down(ends: Sequence[End]) -> list[bool]:
-        if any(end.__class__.__name__ == "Done" for end in ends):
+    async def failing(ends: Sequence[End]) -> list[bool]:
+        if down() and any(end.__class__.__name__ == "Done" for end in ends):
             tried.set()
             raise job.StoreUnavailable("down")
         return await real(ends)
 
-    store.finish = down  # type: ignore[method-assign]
+    store.finish = failing  # type: ignore[method-assign]
     return tried
+
+
+async def _serving_down_for_ends(
+    store: Store, grace_ms: int
+) -> tuple[job.Jobs, asyncio.Task[None]]:
+    """One row pushed and served with `grace_ms` while `store` is down for its end: the queue
+    and serve's task, once the end has been tried."""
+    _ran.clear()
+    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
+    tried = _down_for_done_ends(store)
+    await jobs.push(Quick(1))
+    serving = asyncio.create_task(jobs.serve(grace_ms=grace_ms))
+    async with asyncio.timeout(10):
+        await tried.wait()
+    return jobs, serving
 
 
 async def test_stop_is_prompt_when_the_store_fails_every_end(store: Store) -> None:
     """idle() waits on the batcher's one try, not on _write_end's retries (those live in the
     cancelled row tasks): a down store does not hang a stop past its grace."""
-    _ran.clear()
-    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
-    tried = _down_for_done_ends(store)
-    await jobs.push(Quick(1))
-    serving = asyncio.create_task(jobs.serve(grace_ms=0))
-    async with asyncio.timeout(10):
-        await tried.wait()
+    jobs, serving = await _serving_down_for_ends(store, grace_ms=0)
     await _stop(serving)  # bounded at 10 s inside
     assert (await jobs.stats()).running == 1  # left to its lease (at least once)
 
@@ -557,17 +566,8 @@ async def test_an_end_tried_again_through_an_outage_keeps_no_push_waiting(store:
     written, and serve's stop waits for it within its grace."""
     _ran.clear()
     jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
-    real = store.finish
     down = {"ends": True}
-    tried = asyncio.Event()
-
-    async def finish(ends: Sequence[End]) -> list[bool]:
-        if down["ends"] and any(end.__class__.__name__ == "Done" for end in ends):
-            tried.set()
-            raise job.StoreUnavailable("down for ends")
-        return await real(ends)
-
-    store.finish = finish  # type: ignore[method-assign]
+    tried = _down_for_done_ends(store, lambda: down["ends"])
     await jobs.push(Quick(1))
     async with jobs.serving(grace_ms=10_000):
         async with asyncio.timeout(10):
@@ -588,13 +588,7 @@ async def test_a_second_cancel_ends_the_wait_for_an_end_tried_again_and_leaves_n
     """serve stops with an end being tried again through an outage: it waits within its grace,
     a second cancel ends that wait at once, and nothing of serve's goes on after it returned
     (the row is left to its lease)."""
-    _ran.clear()
-    jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)
-    tried = _down_for_done_ends(store)
-    await jobs.push(Quick(1))
-    serving = asyncio.create_task(jobs.serve(grace_ms=60_000))
-    async with asyncio.timeout(10):
-        await tried.wait()
+    jobs, serving = await _serving_down_for_ends(store, grace_ms=60_000)
     serving.cancel()
     for _ in range(20):  # serve is waiting within its grace now
         await asyncio.sleep(0)
