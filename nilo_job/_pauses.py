@@ -1,4 +1,4 @@
-"""Which of the kinds `serve` runs are paused, in this process.
+"""Which kinds `serve` runs (`served`), and which of those are paused, in this process.
 
 A pause is a row in the table (`nilo_jobs_paused`), so every process on the table sees it: serve
 reads the paused kinds as it starts and then every `poll_ms`, and a pause or resume made in
@@ -10,12 +10,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
+from ._errors import Refusal
 from ._wakeups import Wakeups
 from .store.contract import Store
 
 log = logging.getLogger("nilo_job")
+
+
+def served(kinds: Sequence[str] | None, known: Collection[str]) -> tuple[str, ...]:
+    """The kinds serve runs: `kinds` (names among the queue's kinds, `known`), or all of them when
+    None.
+
+    Raises:
+        Refusal: a name that is not a kind of this queue, or an empty list.
+    """
+    if kinds is None:
+        return tuple(known)
+    if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
+        raise Refusal("serve(kinds=[...]) takes a non-empty list of kind names")
+    unknown = [name for name in kinds if name not in known]
+    if unknown:
+        raise Refusal(
+            f"serve(kinds=...): {', '.join(map(repr, unknown))} is not a kind of this queue "
+            f"(it has {', '.join(known)})"
+        )
+    return tuple(dict.fromkeys(kinds))
 
 
 class Pauses:

@@ -1,19 +1,20 @@
 """The server: `serve` and `serving`, the worker loop of one process.
 
-One claim loop per process claims due rows for the workers that are free (and, while runs are
-fast, a few more: claiming ahead), and puts them on the feed; `workers` long-lived worker tasks
-each take a row from the feed and start it in a task of its own (`Runner.execute`). With nothing
-due the loop sleeps `poll_ms`, or until a wake-up (`Wakeups`): a push, a row falling due, another
-process's NOTIFY. It follows the store's clock where the store has one. A stop gives back the
-rows claimed and not started, lets running rows finish for a grace period, then cancels them
-and gives their rows back unrun.
+One claim loop per process, in a task of its own, claims due rows for the workers that are free
+(and, while runs are fast, a few more: claiming ahead), and puts them on the feed; `workers`
+long-lived worker tasks each take a row from the feed, which starts it in a task of its own
+(`Runner.execute`), and wait until its run frees them. With nothing due the loop sleeps
+`poll_ms`, or until a wake-up (`Wakeups`): a push, a row falling due, another process's NOTIFY.
+It follows the store's clock where the store has one. A stop gives back the rows claimed and not
+started (a claim being answered as the stop comes included), lets running rows finish for a
+grace period, then cancels them and gives their rows back unrun.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -21,11 +22,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from ._clock import Clock, now_us
 from ._ends import Ends, released
 from ._errors import Refusal
-from ._feed import Feed, settle
+from ._feed import Feed
 from ._identity import worker
 from ._kinds import Kind
 from ._observe import Observers
-from ._pauses import Pauses
+from ._pauses import Pauses, served
 from ._prune import Pruner
 from ._runner import Runner
 from ._tasks import cancel_and_wait, stop_if_cancelled
@@ -92,28 +93,13 @@ class Server:
         self.observers = observers
         self.wakeups = wakeups
         self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
+        self.context = contextvars.Context()  # serve's, of which each run gets a copy
+        self.claiming = False  # the claim loop awaits a claim's answer
+        self.stopping = False  # serve was cancelled: the claim loop ends after that answer
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
         return self.task is None or not self.task.done()
-
-    def only(self, kinds: Sequence[str] | None) -> tuple[str, ...]:
-        """The kinds serve runs: `kinds` (names of the queue's kinds), or all when None.
-
-        Raises:
-            Refusal: a name that is not a kind of this queue, or an empty list.
-        """
-        if kinds is None:
-            return tuple(self.kinds)
-        if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
-            raise Refusal("serve(kinds=[...]) takes a non-empty list of kind names")
-        unknown = [name for name in kinds if name not in self.kinds]
-        if unknown:
-            raise Refusal(
-                f"serve(kinds=...): {', '.join(map(repr, unknown))} is not a kind of this queue "
-                f"(it has {', '.join(self.kinds)})"
-            )
-        return tuple(dict.fromkeys(kinds))
 
     async def serve(
         self,
@@ -131,7 +117,7 @@ class Server:
             raise Refusal(f"serve(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
         if self.task is not None and not self.task.done():
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
-        self.names = self.only(kinds)
+        self.names = served(kinds, self.kinds)
         await self.store.open()
         await self.store.check()
         await self.clock.follow(self.store.now_us)
@@ -146,7 +132,9 @@ class Server:
             self.wakeups.stop()
             raise
         self.task = asyncio.current_task()
-        feed = self.wakeups.feed = Feed(wakeup, self.pauses.claimable)
+        self.context = contextvars.copy_context()
+        self.claiming = self.stopping = False
+        feed = self.wakeups.feed = Feed(wakeup, self.pauses.claimable, self._start)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
@@ -161,7 +149,7 @@ class Server:
             f" ({', '.join(paused)} paused)" if paused else "",
         )  # fmt: skip
         try:
-            await self._claim_loop(feed, wakeup)
+            await self._claims(feed, wakeup)
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -183,7 +171,7 @@ class Server:
         await self.store.open()
         await self.store.check()
         ready = asyncio.Event()
-        self.only(kinds)  # a wrong name is refused here, not in the task
+        served(kinds, self.kinds)  # a wrong name is refused here, not in the task
         task = asyncio.create_task(self.serve(grace_ms, ready, kinds))
         try:
             # Into the block once serve hears this loop's pushes: a row pushed for later at
@@ -205,6 +193,25 @@ class Server:
                 if current is not None and current.cancelling():
                     raise  # this block itself was cancelled (a timeout around it, say)
 
+    async def _claims(self, feed: Feed, wakeup: asyncio.Event) -> None:
+        """Run the claim loop, which awaits each claim itself, in a task of its own until serve
+        is cancelled. A cancel during a claim lets its answer come (the store may finish it in
+        its own thread or on the server), and the loop gives those rows back unrun and ends; a
+        second cancel cuts that wait short, leaving them to their lease."""
+        loop = asyncio.get_running_loop()
+        claims = loop.create_task(self._claim_loop(feed, wakeup), context=self.context.copy())
+        try:
+            await asyncio.shield(claims)
+        except asyncio.CancelledError:
+            self.stopping = True
+            if not self.claiming:
+                claims.cancel()
+            try:
+                await asyncio.wait({claims})
+            finally:
+                await cancel_and_wait([claims])
+            raise
+
     async def _claim_loop(self, feed: Feed, wakeup: asyncio.Event) -> None:
         """Claim for the workers waiting on `feed`, hand the rows over, repeat.
 
@@ -214,7 +221,7 @@ class Server:
         """
         poll_s = self.poll_ms / 1_000
         seeded_at = self.clock.now()  # serve seeded as it started
-        while True:
+        while not self.stopping:
             stop_if_cancelled()
             wakeup.clear()
             if feed.rows:
@@ -246,9 +253,12 @@ class Server:
                     async with asyncio.timeout(poll_s):
                         await wakeup.wait()
                 continue
+            self.claiming = True
             try:
                 rows = await self._claim(now, limit)
             except Exception as error:
+                if self.stopping:
+                    return
                 log.error(
                     "claim failed with %s: %s; asking again in %.1f s",
                     type(error).__name__, error, poll_s,
@@ -256,6 +266,11 @@ class Server:
                 )  # fmt: skip
                 await asyncio.sleep(poll_s)
                 continue
+            finally:
+                self.claiming = False
+            if self.stopping:  # serve was cancelled while the claim was answered
+                await self.ends.give_back(rows)
+                return
             feed.put(rows, now)
             if len(rows) < limit:
                 # Nothing more is due now: sleep until a push, a worker asks, a row this
@@ -276,23 +291,11 @@ class Server:
             log.warning("seeding the schedules again failed (%s); trying at the next minute", error)
 
     async def _claim(self, now: int, limit: int) -> list[Claimed]:
-        """A claim that, when serve is cancelled mid-claim, gives the rows it took back.
-
-        The store may finish the claim in its own thread after the cancel arrives; without this
-        those rows would sit as running until their lease ran out.
-        """
-        claim = asyncio.ensure_future(
-            self.store.claim(
-                self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
-            )
-        )
+        """Up to `limit` rows due at `now` (µs), claimed for this process's workers."""
         began = time.monotonic()
-        try:
-            rows = await asyncio.shield(claim)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await self.ends.give_back(await claim)
-            raise
+        rows = await self.store.claim(
+            self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
+        )
         if self.observers.all:
             self.observers.claimed(rows, now, began)
         return rows
@@ -315,28 +318,33 @@ class Server:
         return min(able * _AHEAD_MAX, int(able * _AHEAD_S / max(pace, 1e-6)))
 
     async def _worker(self, feed: Feed) -> None:
-        """One of serve's `workers`: take a claimed row from `feed`, run it to its end, repeat,
-        until the feed is closed."""
+        """One of serve's `workers`: take a claimed row from `feed` (which starts it), wait
+        until its run frees this worker, repeat, until the feed is closed."""
         while True:
             taken = await feed.get()
             if taken is None:
                 return
-            row, claimed_at = taken
-            if not self._still_leased(row, claimed_at):
+            row, _claimed_at, freed = taken
+            if freed is None:  # it waited here too long to run under its lease
                 with contextlib.suppress(Exception):
                     await self.ends.write(row.kind, row, released(row))
                 continue
-            loop = asyncio.get_running_loop()
-            freed: asyncio.Future[None] = loop.create_future()
-            # A task of its own, so that each run has its own context (contextvars); it goes
-            # on writing the end after freeing its worker, which takes the next row.
-            task = asyncio.create_task(self._execute(row, functools.partial(settle, freed)))
-            feed.started(task, freed)
-            feed.busy_since[freed] = loop.time()
-            try:
-                await freed
-            finally:
-                del feed.busy_since[freed]
+            await freed
+
+    def _start(
+        self, row: Claimed, claimed_at: int, free: Callable[[], None]
+    ) -> asyncio.Task[None] | None:
+        """Start `row` (claimed at `claimed_at`, µs) in a task of its own, in a copy of serve's
+        context (not the caller's: a push hands its row over here), which calls `free()` once
+        the row no longer needs its worker and goes on to write the end; None when it can no
+        longer run under its lease: its wait plus its kind's timeout must fit in the lease, or
+        another worker may take it while it runs."""
+        kind = self.kinds[row.kind]
+        timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
+        if self.clock.now() - claimed_at >= self.lease_ms * 1_000 - timeout_us:
+            return None
+        loop = asyncio.get_running_loop()
+        return loop.create_task(self._execute(row, free), context=self.context.copy())
 
     async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
         try:
@@ -348,13 +356,6 @@ class Server:
                 "%s row %d: its run could not be recorded; it runs again after its lease",
                 row.kind, row.id, extra={"kind": row.kind, "row": row.id},
             )  # fmt: skip
-
-    def _still_leased(self, row: Claimed, claimed_at: int) -> bool:
-        """Whether a row claimed ahead can still run under its lease: its wait plus its kind's
-        timeout must fit in the lease, or another worker may take it while it runs."""
-        kind = self.kinds[row.kind]
-        timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
-        return self.clock.now() - claimed_at < self.lease_ms * 1_000 - timeout_us
 
     async def _stop(self, feed: Feed, workers: Sequence[asyncio.Task[None]], grace_ms: int) -> None:
         """Stop: rows claimed ahead go back unrun; running rows may finish (and write their

@@ -3,9 +3,9 @@
 On Python 3.11 `asyncio.wait_for` (which psycopg_pool uses to wait for a connection) returns its
 result instead of raising when a cancel arrives just as the wait ends, so a task that was told to
 stop may carry on. Such a task still counts the cancel it was asked for (`Task.cancelling()`), so
-serve's claim loop, which runs in the task `serving()` cancels, looks at it each time round
-(`stop_if_cancelled`), and serve stops its helpers and workers by sending the cancel again until
-each has ended (`cancel_and_wait`).
+serve's claim loop, in the task serve cancels as it stops, looks at it each time round
+(`stop_if_cancelled`), and serve stops its claim loop, helpers and workers by sending the cancel
+again until each has ended (`cancel_and_wait`).
 """
 
 from __future__ import annotations

@@ -144,6 +144,32 @@ async def test_each_run_has_a_context_of_its_own(store: Store) -> None:
     assert _seen_in_run == ["unset", "unset", "unset"]
 
 
+async def test_a_push_handed_to_an_idle_worker_runs_in_serves_context_not_the_pushers(
+    store: Store,
+) -> None:
+    # The pushing task (a request, say) hands its row to the worker itself: the run must see
+    # what serve's context holds, not what the pusher had set, nor what an earlier run set.
+    _reset(2)
+    jobs = job.Jobs(kinds=[Tagged], store=store, workers=1, poll_ms=60_000)
+    _tag.set("serve's")
+    async with jobs.serving():
+        await until_idle(jobs)
+
+        async def request(n: int) -> None:
+            _tag.set(f"request {n}")
+            await jobs.push(Tagged(n))
+
+        await asyncio.create_task(request(0))
+        await until("the first run", lambda: len(_ran) == 1)
+        await until_idle(jobs)
+        await asyncio.create_task(request(1))
+        async with asyncio.timeout(30):
+            await _all_ran.wait()
+    assert _ran == [0, 1]
+    assert _seen_in_run == ["serve's", "serve's"]
+    assert _tag.get() == "serve's"
+
+
 async def test_serve_stops_at_once_when_asked_just_as_a_run_ends(store: Store) -> None:
     # A stop that lands as a worker goes idle must not be lost (asyncio.wait_for on 3.11
     # swallowed such a cancel, and serve went on forever).
@@ -486,6 +512,54 @@ async def test_a_drain_while_serving_writes_its_ends_before_it_returns(store: St
         assert await jobs.stats() == (0, 0, 0)
         assert seen.ends == [("counted", "done")]
     assert _ran == [1]
+
+
+_odd_ran: list[str] = []
+
+
+@dataclasses.dataclass
+class Quoted:
+    nilo_job = 'mail "v2", {eu}'
+    retry = job.Retry.NONE
+
+    async def run(self) -> None:
+        _odd_ran.append(self.nilo_job)
+
+
+@dataclasses.dataclass
+class Slashed:
+    nilo_job = "C:\\reports\\"
+    retry = job.Retry.NONE
+
+    async def run(self) -> None:
+        _odd_ran.append(self.nilo_job)
+
+
+@dataclasses.dataclass
+class Plain:
+    nilo_job = "mail"
+    retry = job.Retry.NONE
+
+    async def run(self) -> None:
+        _odd_ran.append(self.nilo_job)
+
+
+async def test_serve_claims_the_kinds_it_was_given_whatever_their_names_hold(
+    store: Store,
+) -> None:
+    # Quotes, a comma, braces and backslashes: what an array of kind names must quote.
+    _odd_ran.clear()
+    jobs = job.Jobs(kinds=[Quoted, Slashed, Plain], store=store, workers=2, poll_ms=60_000)
+    for value in (Quoted(), Slashed(), Plain(), Quoted()):
+        await jobs.push(value)  # before serve: each is found by a claim
+    async with jobs.serving(grace_ms=5_000, kinds=['mail "v2", {eu}', "C:\\reports\\"]):
+        await until("the three rows of the kinds served", lambda: len(_odd_ran) == 3)
+    assert sorted(_odd_ran) == sorted(['mail "v2", {eu}', 'mail "v2", {eu}', "C:\\reports\\"])
+    assert await store.counts() == {
+        ("mail", "queued"): 1,  # not served: never claimed
+        ('mail "v2", {eu}', "done"): 2,
+        ("C:\\reports\\", "done"): 1,
+    }
 
 
 async def test_a_drain_at_while_serving_runs_every_attempt(store: Store, t: int) -> None:

@@ -3,6 +3,7 @@ to insert, a group of finished runs, an end; numbers' arrays as literals the sto
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,16 @@ def numbers(values: Sequence[int | None]) -> str:
     if None in values:
         return "{" + ",".join("NULL" if value is None else str(value) for value in values) + "}"
     return "{" + ",".join(map(str, values)) + "}"
+
+
+@functools.lru_cache(maxsize=64)
+def texts(values: tuple[str, ...]) -> str:
+    """`values` as a PostgreSQL array literal ('{"a","b"}'), for a `%s::text[]` parameter: every
+    element quoted, its backslashes and double quotes escaped. Cached: every claim of a serve
+    passes the same kinds, and psycopg would build a binary array from the list each time
+    (about 40 µs of an idle worker's claim on the benchmark's machine)."""
+    quoted = ('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values)
+    return "{" + ",".join(quoted) + "}"
 
 
 async def delete_done(cur: psycopg.AsyncCursor[Any], ends: Sequence[Done]) -> list[bool]:

@@ -34,6 +34,7 @@ from ._pg_statements import (
     insert_statement,
     keep_params,
     params,
+    texts,
 )
 from ._sql import unwrap_django
 from .contract import Claimed, Done, End, NewRow
@@ -221,7 +222,7 @@ class PostgresTable(Reading):
             "now": now_us,
             "lease_until": lease_until_us,
             "limit": limit,
-            "kinds": list(kinds),
+            "kinds": texts(tuple(kinds)),
             "worker": worker,
         }
 

@@ -2,7 +2,8 @@
 -- Times are microseconds since the epoch (bigint), handed in by the queue.
 -- Arrays of numbers go as array literals the store builds ('{1,2,3}', cast on the server): psycopg
 -- would inspect every element to pick the array's type. Arrays of text go in binary (%b): in
--- text, psycopg quotes every element with a regex.
+-- text, psycopg quotes every element with a regex; but a claim's kinds, the same every time, go
+-- as a literal the store quotes once and keeps.
 
 -- name: create
 CREATE TABLE IF NOT EXISTS nilo_jobs (
@@ -144,11 +145,11 @@ SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
 -- name: claim
 WITH queued AS (
     SELECT id, run_at FROM nilo_jobs
-    WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)b)
+    WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
     ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT id, run_at FROM nilo_jobs
-    WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)b)
+    WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s::text[])
     ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id FROM (SELECT id, run_at FROM queued UNION ALL SELECT id, run_at FROM expired) AS due
