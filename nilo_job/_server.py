@@ -94,8 +94,8 @@ class Server:
         self.wakeups = wakeups
         self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
         self.context = contextvars.Context()  # serve's, of which each run gets a copy
-        self.claiming = False  # the claim loop awaits a claim's answer
-        self.stopping = False  # serve was cancelled: the claim loop ends after that answer
+        # The claim loop awaits a claim's answer; serve was cancelled (the loop ends after it).
+        self.claiming = self.stopping = False
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
@@ -132,8 +132,7 @@ class Server:
             self.wakeups.stop()
             raise
         self.task = asyncio.current_task()
-        self.context = contextvars.copy_context()
-        self.claiming = self.stopping = False
+        self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
         feed = self.wakeups.feed = Feed(wakeup, self.pauses.claimable, self._start)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
@@ -273,10 +272,11 @@ class Server:
                 return
             feed.put(rows, now)
             if len(rows) < limit:
-                # Nothing more is due now: sleep until a push, a worker asks, a row this
-                # process knows of falls due, or the poll. (asyncio.timeout, not wait_for: on
-                # 3.11 wait_for swallows a cancel that arrives as the wait ends, and serve
-                # would not stop.)
+                # Nothing more is due now: once the runs just started have begun (a turn of
+                # the loop), sleep until a push, a worker asks, a row this process knows of
+                # falls due, or the poll (asyncio.timeout: 3.11's wait_for can swallow a cancel).
+                if rows:
+                    await asyncio.sleep(0)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.wakeups.sleep_s(poll_s, now)):
                         await wakeup.wait()
