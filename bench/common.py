@@ -64,6 +64,9 @@ def arguments(actions: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--cap-s", type=float, default=0.0, help="stop a throughput loop after this long (0: never)"
     )
+    parser.add_argument(
+        "--nilo-python", default=sys.executable, help="W3 paired: the Python of nilo-job's worker"
+    )
     return parser.parse_args()
 
 
@@ -238,6 +241,59 @@ async def cross_process_latency(
             proc.kill()
         await proc.wait()
     return percentiles(latencies)
+
+
+async def cross_process_alternated(
+    subjects: list[tuple[str, list[str], Callable[[int], Awaitable[object]]]],
+    samples: int,
+    *,
+    settle_s: float = 1.5,
+    gap_s: tuple[float, float] = (0.005, 0.02),
+    timeout_s: float = 30.0,
+) -> dict[str, dict[str, Any]]:
+    """`cross_process_latency` for several subjects at once, alternated sample by sample.
+
+    Each subject is (name, its worker's argv, its push). Every worker is started and idle before
+    the first sample; then each round takes one sample of every subject, in turn (which goes
+    first alternates), with a random gap in `gap_s` after each, so that all of them meet the
+    same moments of a shared machine. Each subject's percentiles, by name.
+    """
+    procs = []
+    latencies: dict[str, list[int]] = {name: [] for name, _, _ in subjects}
+    try:
+        for _name, argv, _push in subjects:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            if line.strip() != b"READY":
+                raise RuntimeError(f"a worker said {line!r} instead of READY")
+        await asyncio.sleep(settle_s)
+        turns = list(zip(subjects, procs, strict=True))
+        warm = max(3, samples // 20)
+        for i in range(samples + warm):
+            for (name, _argv, push), proc in turns if i % 2 else reversed(turns):
+                assert proc.stdout is not None
+                before = time.time_ns()
+                await push(i)
+                while True:
+                    line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+                    if not line:
+                        raise RuntimeError(f"{name}'s worker process ended")
+                    parts = line.split()
+                    if parts[:1] == [b"START"] and int(parts[1]) == i:
+                        break
+                if i >= warm:
+                    latencies[name].append(int(parts[2]) - before)
+                await asyncio.sleep(random.uniform(*gap_s))
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+    return {name: percentiles(values) for name, values in latencies.items()}
 
 
 def child_argv(action: str, args: argparse.Namespace, **overrides: Any) -> list[str]:

@@ -21,6 +21,8 @@ from pgqueuer import AsyncpgDriver, AsyncpgPoolDriver, Job, Queries, QueueManage
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common
 
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def _nothing(_i: int) -> None:
     return None
@@ -176,6 +178,54 @@ async def w3_xproc(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+async def w3_paired(args: argparse.Namespace) -> dict[str, Any]:
+    """W3 across processes, nilo-job and pgqueuer alternated sample by sample
+    (`common.cross_process_alternated`): an idle worker of each in a process of its own
+    (nilo-job's is `bench/nilo.py w3_worker` on the project's Python, `--nilo-python`, as in
+    its own W3), both pushed to from this process, so that both meet the same moments of a
+    shared machine. nilo-job is imported here from the run's copy (PYTHONPATH). `p50_ms` and
+    the rest are nilo-job's, `pgqueuer_p50_ms` pgqueuer's, `ratio` nilo-job's p50 ÷ pgqueuer's."""
+    import dataclasses
+
+    import nilo_job as job
+
+    @dataclasses.dataclass
+    class Noop:
+        nilo_job = "noop"
+        retry = job.Retry.NONE
+
+        i: int = 0
+
+        async def run(self) -> None:
+            return None
+
+    q = await queries(args.url)
+    table = job.Table(args.url)
+    await table.create_missing()
+    jobs = job.Jobs(kinds=[Noop], store=table)
+
+    async def nilo_push(i: int) -> None:
+        await jobs.push(Noop(i))
+
+    async def pgqueuer_push(i: int) -> None:
+        await q.enqueue("noop", payload(i))
+
+    nilo_worker = common.child_argv("w3_worker", args)
+    nilo_worker[:2] = [args.nilo_python, os.path.join(BENCH, "nilo.py")]
+    both = [
+        ("nilo", nilo_worker, nilo_push),
+        ("pgqueuer", common.child_argv("w3_worker", args), pgqueuer_push),
+    ]
+    result = await common.cross_process_alternated(both, args.samples)
+    await table.close()
+    nilo, pgqueuer = result["nilo"], result["pgqueuer"]
+    return {
+        **nilo,
+        **{f"pgqueuer_{name}": value for name, value in pgqueuer.items()},
+        "ratio": nilo["p50_ms"] / pgqueuer["p50_ms"],
+    }
+
+
 async def idle_worker(args: argparse.Namespace) -> None:
     await queries(args.url)
     qm = worker(await asyncpg.connect(args.url))
@@ -196,6 +246,7 @@ if __name__ == "__main__":
             "w3_inproc": w3_inproc,
             "w3_worker": w3_worker,
             "w3_xproc": w3_xproc,
+            "w3_paired": w3_paired,
             "idle_worker": idle_worker,
         },
         loop="auto",  # its CLI runs on uvloop when installed (it is: a dependency)
