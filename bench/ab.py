@@ -80,14 +80,20 @@ def pusher(job: ModuleType, url: str) -> Callable[[int], Awaitable[Any]]:
     return push
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(doc: str) -> argparse.ArgumentParser:
+    """The options every A/B script takes: `--ref` and `--url`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--ref", default="HEAD", help="the revision to compare against")
     parser.add_argument(
         "--url",
         default="postgresql://postgres@127.0.0.1:5432/test",
         help="a PostgreSQL server (any database on it), or 'sqlite'",
     )
+    return parser
+
+
+async def main() -> None:
+    parser = options(__doc__)
     parser.add_argument("--pushes", type=int, default=3_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:

@@ -16,7 +16,6 @@ the working tree starts rows sooner).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -117,13 +116,7 @@ async def compare(ref_package: str, urls: list[str], samples: int) -> dict[str, 
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ref", default="HEAD", help="the revision to compare against")
-    parser.add_argument(
-        "--url",
-        default="postgresql://postgres@127.0.0.1:5432/test",
-        help="a PostgreSQL server (any database on it), or 'sqlite'",
-    )
+    parser = ab.options(__doc__)
     parser.add_argument("--samples", type=int, default=1_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:

@@ -517,31 +517,21 @@ async def test_a_drain_while_serving_writes_its_ends_before_it_returns(store: St
 _odd_ran: list[str] = []
 
 
-@dataclasses.dataclass
-class Quoted:
-    nilo_job = 'mail "v2", {eu}'
-    retry = job.Retry.NONE
+def _named(name: str) -> type:
+    """A kind called `name` whose run records that name."""
 
-    async def run(self) -> None:
-        _odd_ran.append(self.nilo_job)
+    @dataclasses.dataclass
+    class Named:
+        nilo_job = name
+        retry = job.Retry.NONE
 
+        async def run(self) -> None:
+            _odd_ran.append(self.nilo_job)
 
-@dataclasses.dataclass
-class Slashed:
-    nilo_job = "C:\\reports\\"
-    retry = job.Retry.NONE
-
-    async def run(self) -> None:
-        _odd_ran.append(self.nilo_job)
+    return Named
 
 
-@dataclasses.dataclass
-class Plain:
-    nilo_job = "mail"
-    retry = job.Retry.NONE
-
-    async def run(self) -> None:
-        _odd_ran.append(self.nilo_job)
+Quoted, Slashed, Plain = _named('mail "v2", {eu}'), _named("C:\\reports\\"), _named("mail")
 
 
 async def test_serve_claims_the_kinds_it_was_given_whatever_their_names_hold(
