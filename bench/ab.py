@@ -59,7 +59,10 @@ def at_revision(ref: str, into: Path) -> Path:
     return into / "nilo_job"
 
 
-def pusher(job: ModuleType, url: str) -> Callable[[int], Awaitable[Any]]:
+def noop_kind(job: ModuleType, on_run: Callable[[int], object] | None = None) -> type:
+    """A no-op kind of the nilo-job module `job` ("noop", no retry, a field `i`); `on_run(i)` is
+    called as each run starts, when given."""
+
     @dataclasses.dataclass
     class Noop:
         nilo_job = "noop"
@@ -68,8 +71,14 @@ def pusher(job: ModuleType, url: str) -> Callable[[int], Awaitable[Any]]:
         i: int = 0
 
         async def run(self) -> None:
-            return None
+            if on_run is not None:
+                on_run(self.i)
 
+    return Noop
+
+
+def pusher(job: ModuleType, url: str) -> Callable[[int], Awaitable[Any]]:
+    Noop = noop_kind(job)
     store = job.Table(url)
     jobs = job.Jobs(kinds=[Noop], store=store)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import random
 import statistics
@@ -47,18 +46,9 @@ def versions(ref_package: str) -> dict[str, ModuleType]:
 
 def noop(job: ModuleType, version: str) -> type:
     """A no-op kind of `job` whose run says `START version i ns` on stdout as it starts."""
-
-    @dataclasses.dataclass
-    class Noop:
-        nilo_job = "noop"
-        retry = job.Retry.NONE
-
-        i: int = 0
-
-        async def run(self) -> None:
-            os.write(1, f"START {version} {self.i} {time.time_ns()}\n".encode())
-
-    return Noop
+    return ab.noop_kind(
+        job, lambda i: os.write(1, f"START {version} {i} {time.time_ns()}\n".encode())
+    )
 
 
 async def worker(ref_package: str, urls: list[str]) -> None:

@@ -185,20 +185,11 @@ async def w3_paired(args: argparse.Namespace) -> dict[str, Any]:
     its own W3), both pushed to from this process, so that both meet the same moments of a
     shared machine. nilo-job is imported here from the run's copy (PYTHONPATH). `p50_ms` and
     the rest are nilo-job's, `pgqueuer_p50_ms` pgqueuer's, `ratio` nilo-job's p50 ÷ pgqueuer's."""
-    import dataclasses
+    import ab
 
     import nilo_job as job
 
-    @dataclasses.dataclass
-    class Noop:
-        nilo_job = "noop"
-        retry = job.Retry.NONE
-
-        i: int = 0
-
-        async def run(self) -> None:
-            return None
-
+    Noop = ab.noop_kind(job)
     q = await queries(args.url)
     table = job.Table(args.url)
     await table.create_missing()
