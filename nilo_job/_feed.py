@@ -68,16 +68,12 @@ class Feed:
             return row, claimed_at, None
         self.tasks.add(task)
         task.add_done_callback(functools.partial(self._ended, freed))
-        self.busy_since[freed] = loop.time()
-        freed.add_done_callback(self._not_busy)
+        self.busy_since[freed] = loop.time()  # (its worker takes it out once freed)
         return row, claimed_at, freed
 
     def _ended(self, freed: asyncio.Future[None], task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         settle(freed)  # (if its run had not freed the worker yet)
-
-    def _not_busy(self, freed: asyncio.Future[None]) -> None:
-        self.busy_since.pop(freed, None)
 
     def has_unpromised_idle(self) -> bool:
         """Whether a worker waits with no row promised to it by a push in flight."""

@@ -93,9 +93,8 @@ class Server:
         self.observers = observers
         self.wakeups = wakeups
         self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
-        self.context = contextvars.Context()  # serve's, of which each run gets a copy
-        # The claim loop awaits a claim's answer; serve was cancelled (the loop ends after it).
-        self.claiming = self.stopping = False
+        # serve's context (each run gets a copy); the claim loop awaits a claim; serve stops.
+        self.context, self.claiming, self.stopping = contextvars.Context(), False, False
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
@@ -329,16 +328,18 @@ class Server:
                 with contextlib.suppress(Exception):
                     await self.ends.write(row.kind, row, released(row))
                 continue
-            await freed
+            try:
+                await freed
+            finally:
+                del feed.busy_since[freed]
 
     def _start(
         self, row: Claimed, claimed_at: int, free: Callable[[], None]
     ) -> asyncio.Task[None] | None:
         """Start `row` (claimed at `claimed_at`, µs) in a task of its own, in a copy of serve's
         context (not the caller's: a push hands its row over here), which calls `free()` once
-        the row no longer needs its worker and goes on to write the end; None when it can no
-        longer run under its lease: its wait plus its kind's timeout must fit in the lease, or
-        another worker may take it while it runs."""
+        the row no longer needs its worker; None when its wait plus its kind's timeout no longer
+        fit in its lease (another worker might take it while it ran)."""
         kind = self.kinds[row.kind]
         timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
         if self.clock.now() - claimed_at >= self.lease_ms * 1_000 - timeout_us:
@@ -350,8 +351,7 @@ class Server:
         try:
             await self.runner.execute(row, self.clock.now, free, hand_off=True)
         except Exception:
-            # A status space or store failing outside what the runner handles: the row is left
-            # to its lease (it runs again), and serve goes on.
+            # A status space or store failing beyond the runner: the row runs after its lease.
             log.exception(
                 "%s row %d: its run could not be recorded; it runs again after its lease",
                 row.kind, row.id, extra={"kind": row.kind, "row": row.id},
