@@ -5,6 +5,7 @@ database's clock, and RedisSpace. The contract itself runs on PostgreSQL in test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -435,6 +436,37 @@ async def test_each_inserted_row_sends_its_due_time_and_a_taken_key_sends_nothin
         ("nilo_jobs", str(at + 1)),
         ("nilo_jobs", str(at + 3)),
     ]
+
+
+async def test_the_listener_hands_on_every_notification_in_order_also_those_during_its_checks(
+    jobs: job.Jobs, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every notification another process sends reaches serve's wake-ups once, in the order
+    sent: those read as they arrive, several in one packet, and those that come while the
+    listener's own check of the server runs (after `CHECK_S` of silence, here 2 ms)."""
+    monkeypatch.setattr("nilo_job.store._pg_listen.CHECK_S", 0.002)
+    await jobs.push(Welcome(0))  # the table exists
+    heard: list[int | None] = []
+    listening_task = asyncio.create_task(jobs.store.watch(heard.append))
+    try:
+        await until("the listener to start", lambda: heard == [None])
+        sent: list[int] = []
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as pusher:
+            for burst in range(60):
+                # A burst in one transaction arrives together; the pauses between bursts let
+                # the listener's checks run, and the next burst may land during one.
+                async with pusher.transaction():
+                    for n in range(5):
+                        due = 1_000_000 * burst + n
+                        await pusher.execute("SELECT pg_notify('nilo_jobs', %s)", (str(due),))
+                        sent.append(due)
+                await asyncio.sleep(0.001 * (burst % 4))
+        await until("every notification", lambda: len(heard) >= 1 + len(sent), seconds=10)
+        assert heard == [None, *sent]
+    finally:
+        listening_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening_task
 
 
 # --------------------------------------------------------------------------- concurrency
