@@ -16,8 +16,12 @@ import collections
 import contextlib
 import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .store.contract import Claimed
+
+if TYPE_CHECKING:
+    from ._wakeups import Wakeup
 
 Start = Callable[[Claimed, int, Callable[[], None]], "asyncio.Task[None] | None"]
 """serve's start of a row claimed at a clock reading (µs): its run's task, which calls the
@@ -45,7 +49,7 @@ class Feed:
     or leaves `low` rows or fewer behind it.
     """
 
-    def __init__(self, want: asyncio.Event, kinds: Sequence[str], start: Start) -> None:
+    def __init__(self, want: Wakeup, kinds: Sequence[str], start: Start) -> None:
         self.kinds: frozenset[str] = frozenset(kinds)  # what serve claims now (none paused)
         self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
         self.idle: collections.deque[asyncio.Future[Taken | None]] = collections.deque()

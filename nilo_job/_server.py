@@ -31,7 +31,7 @@ from ._prune import Pruner
 from ._runner import Runner
 from ._tasks import cancel_and_wait, stop_if_cancelled
 from ._ticks import Ticks
-from ._wakeups import Wakeups
+from ._wakeups import Wakeup, Wakeups
 from .store.contract import Claimed, Store
 
 log = logging.getLogger("nilo_job")
@@ -191,7 +191,7 @@ class Server:
                 if current is not None and current.cancelling():
                     raise  # this block itself was cancelled (a timeout around it, say)
 
-    async def _claims(self, feed: Feed, wakeup: asyncio.Event) -> None:
+    async def _claims(self, feed: Feed, wakeup: Wakeup) -> None:
         """Run the claim loop, which awaits each claim itself, in a task of its own until serve
         is cancelled. A cancel during a claim lets its answer come (the store may finish it in
         its own thread or on the server), and the loop gives those rows back unrun and ends; a
@@ -210,7 +210,7 @@ class Server:
                 await cancel_and_wait([claims])
             raise
 
-    async def _claim_loop(self, feed: Feed, wakeup: asyncio.Event) -> None:
+    async def _claim_loop(self, feed: Feed, wakeup: Wakeup) -> None:
         """Claim for the workers waiting on `feed`, hand the rows over, repeat.
 
         While runs are fast it claims ahead (`_ahead`), and claims the next batch once half of
@@ -235,9 +235,7 @@ class Server:
             if limit <= 0 or (idle <= 0 and waiting > feed.low):
                 # Until a worker goes idle or takes rows (or, to be safe, the poll; sooner
                 # while rows wait here, to give back those that wait too long).
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(poll_s, _WAIT_MOST_S) if feed.rows else poll_s):
-                        await wakeup.wait()
+                await wakeup.sleep(min(poll_s, _WAIT_MOST_S) if feed.rows else poll_s)
                 continue
             if now_us() - self.clock.measured_at > _CLOCK_EVERY_US:
                 with contextlib.suppress(Exception):
@@ -247,9 +245,7 @@ class Server:
                 seeded_at = now
                 await self._seed(now)
             if not self.pauses.claimable:  # every kind served here is paused
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(poll_s):
-                        await wakeup.wait()
+                await wakeup.sleep(poll_s)
                 continue
             self.claiming = True
             try:
@@ -273,12 +269,10 @@ class Server:
             if len(rows) < limit:
                 # Nothing more is due now: once the runs just started have begun (a turn of
                 # the loop), sleep until a push, a worker asks, a row this process knows of
-                # falls due, or the poll (asyncio.timeout: 3.11's wait_for can swallow a cancel).
+                # falls due, or the poll.
                 if rows:
                     await asyncio.sleep(0)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.wakeups.sleep_s(poll_s, now)):
-                        await wakeup.wait()
+                await wakeup.sleep(self.wakeups.sleep_s(poll_s, now))
 
     async def _seed(self, now: int) -> None:
         """Keep every schedule seeded: a tick row deleted some other way (a cancel through the
