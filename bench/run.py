@@ -1257,6 +1257,7 @@ def main() -> int:
         "notes": notes,
     }
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(data, indent=1) + "\n")
     chart = write_chart(data, env, out / "results.png")
     write_report(data, out / "RESULTS.md", chart)
