@@ -16,12 +16,8 @@ import collections
 import contextlib
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from .store.contract import Claimed
-
-if TYPE_CHECKING:
-    from ._wakeups import Wakeup
 
 Start = Callable[[Claimed, int, Callable[[], None]], "asyncio.Task[None] | None"]
 """serve's start of a row claimed at a clock reading (µs): its run's task, which calls the
@@ -45,11 +41,11 @@ class Feed:
 
     A row goes to a waiting worker directly, started as it is handed over, or waits in `rows`
     for the next worker that asks, started as it is taken; a worker taking a row costs no
-    future while rows wait. `want` (serve's wake-up event) is set when a worker finds nothing,
-    or leaves `low` rows or fewer behind it.
+    future while rows wait. `want()` (serve's wake-up) is called when a worker finds nothing, or
+    leaves `low` rows or fewer behind it.
     """
 
-    def __init__(self, want: Wakeup, kinds: Sequence[str], start: Start) -> None:
+    def __init__(self, want: Callable[[], None], kinds: Sequence[str], start: Start) -> None:
         self.kinds: frozenset[str] = frozenset(kinds)  # what serve claims now (none paused)
         self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
         self.idle: collections.deque[asyncio.Future[Taken | None]] = collections.deque()
@@ -91,11 +87,11 @@ class Feed:
         if self.rows:
             row, claimed_at = self.rows.popleft()
             if len(self.rows) <= self.low:
-                self.want.set()
+                self.want()
             return self._taken(row, claimed_at)
         waiter: asyncio.Future[Taken | None] = asyncio.get_running_loop().create_future()
         self.idle.append(waiter)
-        self.want.set()
+        self.want()
         try:
             return await waiter
         except asyncio.CancelledError:

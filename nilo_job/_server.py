@@ -132,7 +132,7 @@ class Server:
             raise
         self.task = asyncio.current_task()
         self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
-        feed = self.wakeups.feed = Feed(wakeup, self.pauses.claimable, self._start)
+        feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
