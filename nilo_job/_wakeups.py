@@ -7,10 +7,10 @@ process's push (PostgreSQL's NOTIFY, which carries the row's due time). A push o
 may also find one of serve's workers idle on its own event loop (`idle_feed`), claim the row
 itself and hand it over, with no claim at all.
 
-`Wakeups` is serve's presence as the rest of the process sees it: the loop it runs on, its
-wake-up event, the due times it knows of (a heap) and its feed. Outside serve every call is a
-no-op; it is safe from any thread, and a forked child (which has no serve) is told apart by its
-pid.
+`Wakeups` is serve's presence as the rest of the process sees it: the loop it runs on, the
+`Wakeup` its claim loop sleeps on, the due times it knows of (a heap) and its feed. Outside serve
+every call is a no-op; it is safe from any thread, and a forked child (which has no serve) is told
+apart by its pid.
 """
 
 from __future__ import annotations
