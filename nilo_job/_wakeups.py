@@ -38,9 +38,6 @@ class Wakeup:
         self._set = False
         self._waiter: asyncio.Future[None] | None = None
 
-    def is_set(self) -> bool:
-        return self._set
-
     def set(self) -> None:
         """Set the flag and wake the sleeper, if any (on the loop's thread only)."""
         self._set = True
@@ -82,7 +79,7 @@ class Wakeups:
         self.clock = clock
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pid = 0
-        self.event: Wakeup | None = None
+        self.wakeup: Wakeup | None = None
         self.feed: Feed | None = None  # serve's, once its workers run
         # When rows this process knows of fall due later (µs, a heap): pushed with a delay, a
         # retry's wait, a schedule's next tick, another process's NOTIFY.
@@ -91,14 +88,14 @@ class Wakeups:
     def start(self, loop: asyncio.AbstractEventLoop) -> Wakeup:
         """serve begins on `loop`: the flag it sleeps on, set by every wake-up from now on."""
         self.loop, self.pid = loop, pid()
-        self.event = Wakeup()
+        self.wakeup = Wakeup()
         self.due = []
-        return self.event
+        return self.wakeup
 
     def stop(self) -> None:
         """serve has ended: wake-ups are no-ops again."""
         self.feed = None
-        self.loop = self.event = None
+        self.loop = self.wakeup = None
 
     def serving_loop(self) -> asyncio.AbstractEventLoop | None:
         """The loop `serve` runs on in this process, if it runs here (not in a parent this
@@ -143,11 +140,11 @@ class Wakeups:
             loop.call_soon_threadsafe(self._note, run_at)
 
     def _note(self, run_at: int | None) -> None:
-        event = self.event
-        if event is None:
+        wakeup = self.wakeup
+        if wakeup is None:
             return
         if run_at is None or run_at <= self.clock.now():
-            event.set()
+            wakeup.set()
             return
         due = self.due
         if len(due) >= _DUE_KNOWN_MOST:
@@ -159,7 +156,7 @@ class Wakeups:
         earliest = not due or run_at < due[0]
         heapq.heappush(due, run_at)
         if earliest:
-            event.set()  # the claim loop sleeps until this earlier time instead
+            wakeup.set()  # the claim loop sleeps until this earlier time instead
 
     def sleep_s(self, poll_s: float, claimed_at: int) -> float:
         """How long the claim loop sleeps when nothing more is due: `poll_s`, or less when a
