@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import nilo_job as job
-from nilo_job import _prune
+from nilo_job._worker import pruner as _prune
 from nilo_job.store._sql import find_statement
 from nilo_job.store.contract import Done, NewRow
 

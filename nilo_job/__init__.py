@@ -21,25 +21,27 @@ from ._errors import (
     StoreUnavailable,
     TimedOut,
 )
-from ._queue import Jobs
-from ._redis_space import RedisSpace
+from ._jobs import Jobs
 from ._schedule import Cron, Every, Schedule, cron, every
-from ._spaces import MemorySpace, Space
-from ._table import Table
-from ._values import (
+from ._spaces import MemorySpace, RedisSpace, Space
+from ._types import (
     Dead,
     Exponential,
     Fixed,
+    Flow,
+    Found,
     Missed,
     Overlap,
     Retry,
+    Row,
     Run,
     State,
     Stats,
     Status,
     Tick,
+    Where,
 )
-from ._views import Flow, Found, Row, Where
+from .store._table import Table
 from .store.contract import Store
 from .store.memory import Memory
 

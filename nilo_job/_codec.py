@@ -9,6 +9,7 @@ push with a sentence naming the field, before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import re
@@ -23,7 +24,6 @@ from uuid import UUID
 
 import msgspec
 
-from ._classes import field_names, hints, is_pydantic, is_record
 from ._errors import BadPayload, Refusal
 
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
@@ -332,3 +332,58 @@ def _unsupported(hint: Any, seen: set[int]) -> Any:
 def _is_typed_record(hint: type) -> bool:
     """A NamedTuple or a TypedDict, which msgspec encodes field by field."""
     return (issubclass(hint, tuple) and hasattr(hint, "_fields")) or typing.is_typeddict(hint)
+
+
+def is_pydantic(cls: object) -> bool:
+    """Whether `cls` is a Pydantic v2 model class."""
+    return (
+        isinstance(cls, type)
+        and hasattr(cls, "__pydantic_fields__")
+        and hasattr(cls, "model_validate_json")
+        and hasattr(cls, "model_dump_json")
+    )
+
+
+def is_record(cls: object) -> bool:
+    """Whether `cls` is a class whose fields can be a payload (dataclass, Struct, Pydantic)."""
+    return isinstance(cls, type) and (
+        dataclasses.is_dataclass(cls) or hasattr(cls, "__struct_fields__") or is_pydantic(cls)
+    )
+
+
+def field_names(cls: type) -> list[str]:
+    """The names of the fields of the record class `cls`, in order."""
+    if dataclasses.is_dataclass(cls):
+        return [field.name for field in dataclasses.fields(cls)]
+    if is_pydantic(cls):
+        return list(cls.__pydantic_fields__)  # type: ignore[attr-defined]
+    return list(getattr(cls, "__struct_fields__", ()))
+
+
+def required(cls: type) -> list[str]:
+    """The fields of `cls` that have no default: a value must be given them."""
+    if dataclasses.is_dataclass(cls):
+        return [
+            field.name
+            for field in dataclasses.fields(cls)
+            if field.init
+            and field.default is dataclasses.MISSING
+            and field.default_factory is dataclasses.MISSING
+        ]
+    if is_pydantic(cls):
+        fields = cls.__pydantic_fields__  # type: ignore[attr-defined]
+        return [name for name, info in fields.items() if info.is_required()]
+    names: tuple[str, ...] = tuple(getattr(cls, "__struct_fields__", ()))
+    return list(names[: len(names) - len(getattr(cls, "__struct_defaults__", ()))])
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """The type each field of `cls` holds, by name.
+
+    Raises:
+        NameError, TypeError: an annotation cannot be resolved (the caller says so).
+    """
+    if is_pydantic(cls):
+        fields = cls.__pydantic_fields__  # type: ignore[attr-defined]
+        return {name: info.annotation for name, info in fields.items()}
+    return typing.get_type_hints(cls)

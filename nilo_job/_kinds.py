@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._classes import field_names, is_record, required
-from ._codec import Codec
+from ._codec import Codec, field_names, is_record, required
 from ._errors import Refusal, TimedOut
 from ._schedule import Schedule
-from ._values import Missed, Overlap, Retry, Run, Tick
+from ._types import Missed, Overlap, Retry, Run, Tick
 
 MAX_NAME_BYTES = 64
 """The longest kind name and unique key, in UTF-8 bytes."""

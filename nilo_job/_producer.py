@@ -18,17 +18,16 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ._clock import Clock, datetime_to_us
-from ._ends import Ends, released
 from ._errors import Refusal
-from ._feed import Feed
-from ._grouped import Grouped
-from ._identity import worker
+from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
-from ._observe import Observers
-from ._spaces import Space
-from ._status import Statuses
-from ._values import State
-from ._wakeups import Wakeups
+from ._observers import Observers
+from ._process import worker
+from ._spaces import Space, Statuses
+from ._types import State
+from ._worker.ends import Ends, released
+from ._worker.feed import Feed
+from ._worker.wakeups import Wakeups
 from .store.contract import INT64_MAX, INT64_MIN, Claimed, NewRow, Store
 
 

@@ -1,7 +1,7 @@
 """Schedules: `job.cron(expr)` and `job.every(ms)`, and what a tick that is late means.
 
 A schedule is a pure function of time: `next(after_us)` is the first tick strictly after a moment.
-The queue keeps the next tick as a row (`_ticks`); this module only says when
+The queue keeps the next tick as a row (`_worker.ticks`); this module only says when
 ticks fall. cron expressions are read by cronsim, which follows classic Vixie cron (what crontab
 users compare against) and handles time zones through zoneinfo; the checks here come first so
 that a mistake is refused naming its field.

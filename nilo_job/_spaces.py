@@ -7,13 +7,17 @@ process; `RedisSpace` (`job.RedisSpace`) is shared between processes. Both satis
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import msgspec
 
 from ._errors import Refusal
+from ._types import State, Status
 
 
 @runtime_checkable
@@ -99,3 +103,108 @@ class MemorySpace:
     async def delete(self, key: str) -> None:
         with self._lock:
             self._items.pop(key, None)
+
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+
+class RedisSpace:
+    """A Space on Redis: `name:key` strings with a time to live.
+
+    Args:
+        client: a `redis.asyncio.Redis` of yours.
+        name: the prefix that keeps this Space's keys apart from the rest of the database.
+        ttl_s: how long, in seconds, a key is remembered after it was put.
+
+    Raises:
+        Refusal: `client` is not an asyncio Redis client, or `ttl_s` is not positive.
+    """
+
+    def __init__(self, client: Redis | Any, *, name: str, ttl_s: int) -> None:
+        from redis.asyncio import Redis
+
+        if not isinstance(client, Redis):
+            raise Refusal(
+                f"RedisSpace({client!r}): pass a redis.asyncio.Redis client (redis-py's asyncio "
+                "API), e.g. redis.asyncio.Redis.from_url('redis://localhost:6379/0')"
+            )
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s <= 0:
+            raise Refusal(f"RedisSpace(ttl_s={ttl_s!r}) takes a positive whole number of seconds")
+        if not isinstance(name, str) or not name:
+            raise Refusal(f"RedisSpace(name={name!r}) takes a non-empty str prefix")
+        self.client = client
+        self.name = name
+        self.ttl_s = ttl_s
+
+    def __repr__(self) -> str:
+        return f"job.RedisSpace(name={self.name!r}, ttl_s={self.ttl_s})"
+
+    def _key(self, key: str) -> str:
+        return f"{self.name}:{key}"
+
+    async def get(self, key: str) -> bytes | None:
+        value = await self.client.get(self._key(key))
+        if value is None:
+            return None
+        return value if isinstance(value, bytes) else str(value).encode()
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self.client.set(self._key(key), value, ex=self.ttl_s)
+
+    async def add(self, key: str, value: bytes) -> bool:
+        return bool(await self.client.set(self._key(key), value, ex=self.ttl_s, nx=True))
+
+    async def delete(self, key: str) -> None:
+        await self.client.delete(self._key(key))
+
+
+log = logging.getLogger("nilo_job")
+
+_ENCODE = msgspec.json.Encoder()
+_DECODE = msgspec.json.Decoder(Status)
+
+
+def status_key(row_id: int) -> str:
+    """The Space key of row `row_id`'s status."""
+    return f"nilo_job:status:{row_id}"
+
+
+class Statuses:
+    """Rows' statuses in `space` (None: the queue keeps none)."""
+
+    __slots__ = ("space",)
+
+    def __init__(self, space: Space | None) -> None:
+        self.space = space
+
+    async def put(
+        self, row_id: int, state: State, attempts: int, progress: int | None = None
+    ) -> None:
+        """Record a row's state; a failure is logged, never raised."""
+        if self.space is None:
+            return
+        status = Status(state, attempts, progress)
+        try:
+            await self.space.put(status_key(row_id), _ENCODE.encode(status))
+        except Exception as error:
+            log.warning(
+                "row %d: its status (%s) could not be recorded in %r: %s",
+                row_id, state.value, self.space, error, extra={"row": row_id},
+            )  # fmt: skip
+
+    async def get(self, row_id: int) -> Status | None:
+        """What the Space remembers of the row, or None.
+
+        Raises:
+            Exception: whatever the Space raises when it cannot be read.
+        """
+        if self.space is None:
+            return None
+        data = await self.space.get(status_key(row_id))
+        return None if data is None else _DECODE.decode(data)
+
+    async def forget(self, row_id: int) -> None:
+        """Forget the row (it was cancelled)."""
+        if self.space is not None:
+            await self.space.delete(status_key(row_id))

@@ -15,10 +15,9 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ._errors import Refusal
-from ._identity import pid
+from ._process import pid
 from ._spaces import Space
-from ._values import Dead, Stats, Status
-from ._views import Flow, Found, Row, Where
+from ._types import Dead, Flow, Found, Row, Stats, Status, Where
 from .store.contract import Store
 
 T = TypeVar("T")

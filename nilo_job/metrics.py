@@ -24,7 +24,7 @@ What is measured (times in seconds):
                                                     clock minus the row's run_at
     nilo_job_lost_leases_total{kind}     counter    ends not written: another worker had the row
 
-`Metrics` is an observer of the queue (`jobs.observe`, `nilo_job/_observe.py`): the queue tells
+`Metrics` is an observer of the queue (`jobs.observe(metrics)`): the queue tells
 it of every push, claim, run and end, and it counts.
 
 OpenTelemetry (optional, `opentelemetry-api`): every push is a PRODUCER span `push <kind>`,
@@ -49,8 +49,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from . import JobError, Jobs, Refusal
 from ._clock import now_us as wall_us
-from ._observe import Outcome
-from ._values import Tick
+from ._observers import Outcome
+from ._types import Tick
 from .store.contract import ROW_STATES, Claimed
 
 try:

@@ -3,7 +3,7 @@
     from nilo_job.sqlalchemy_table import nilo_jobs_table
     nilo_jobs_table(Base.metadata)      # then `alembic revision --autogenerate`
 
-It matches the PostgreSQL DDL in `nilo_job/store/postgres.sql` (also `table.ddl`); a test
+It matches the PostgreSQL DDL that `table.ddl` gives; a test
 compares the two through the database's own catalog, and another runs Alembic's autogenerate
 over it (docs/alembic.md).
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
 from ._errors import Refusal
-from ._queue import Jobs
+from ._jobs import Jobs
 
 __all__ = ["lifespan"]
 

@@ -18,7 +18,7 @@ def nilo_job_cli(*args: str, db: Path | None = None) -> subprocess.CompletedProc
     if db is not None:
         env["NILO_JOB_TEST_DB"] = str(db)
     return subprocess.run(
-        [sys.executable, "-m", "nilo_job.cli", *args],
+        [sys.executable, "-m", "nilo_job", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nilo_job._cli_log import JsonLines
+from nilo_job.cli._log import JsonLines
 from tests.cli_ops_queue import URL_ENV
 from tests.test_cli_ops import nilo_job
 
@@ -127,7 +127,7 @@ def test_worker_kinds_the_queue_lacks_are_one_sentence(
 
 
 def test_worker_kinds_reads_commas_and_repeats() -> None:
-    from nilo_job._cli_worker import kind_list
+    from nilo_job.cli._worker import kind_list
 
     assert kind_list(()) is None
     assert kind_list(("a,b", "c", "a", " d , ")) == ["a", "b", "c", "d"]

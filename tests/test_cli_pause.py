@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from nilo_job._cli_text import utc
+from nilo_job.cli._text import utc
 from tests.cli_ops_queue import POLL_ENV, URL_ENV, Mail, Note, make
 from tests.test_cli_ops import nilo_job
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
-from nilo_job._cli_text import utc_exact
+from nilo_job.cli._text import utc_exact
 from tests.cli_ops_queue import URL_ENV, Mail, Note, make
 from tests.test_cli_ops import QUEUE_FILE, RAISE_LINE, T, fill, nilo_job
 

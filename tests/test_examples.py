@@ -402,7 +402,7 @@ async def test_a_web_process_that_only_pushes_and_a_worker_process_share_statuse
         httpx.AsyncClient(transport=transport, base_url="http://app") as client,
     ):
         worker = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "nilo_job.cli", "worker", "examples.webapp.jobs:from_env"),
+            *(sys.executable, "-m", "nilo_job", "worker", "examples.webapp.jobs:from_env"),
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

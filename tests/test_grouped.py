@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
-from nilo_job._grouped import Grouped
+from nilo_job._group_commit import Grouped
 from nilo_job.store.contract import NewRow, Store
 
 

@@ -188,8 +188,8 @@ class Proxy:
 async def test_a_silent_listener_is_noticed_and_replaced_within_its_bound(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("nilo_job.store._pg_listen.CHECK_S", 1.0)
-    monkeypatch.setattr("nilo_job.store._pg_listen.ANSWER_S", 1.0)
+    monkeypatch.setattr("nilo_job.store.postgres.listen.CHECK_S", 1.0)
+    monkeypatch.setattr("nilo_job.store.postgres.listen.ANSWER_S", 1.0)
     proxy = Proxy(target_port=int(psycopg.conninfo.conninfo_to_dict(pg_url).get("port", 5432)))
     await proxy.start()
     through = pg_url.replace(":5432/", f":{proxy.port}/")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import nilo_job as job
-from nilo_job._failure import ESCAPED
+from nilo_job._worker.outcome import ESCAPED
 from nilo_job.store.contract import NewRow, Store
 
 # ------------------------------------------------------------------ failures no store can keep

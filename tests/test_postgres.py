@@ -444,7 +444,7 @@ async def test_the_listener_hands_on_every_notification_in_order_also_those_duri
     """Every notification another process sends reaches serve's wake-ups once, in the order
     sent: those read as they arrive, several in one packet, and those that come while the
     listener's own check of the server runs (after `CHECK_S` of silence, here 2 ms)."""
-    monkeypatch.setattr("nilo_job.store._pg_listen.CHECK_S", 0.002)
+    monkeypatch.setattr("nilo_job.store.postgres.listen.CHECK_S", 0.002)
     await jobs.push(Welcome(0))  # the table exists
     heard: list[int | None] = []
     listening_task = asyncio.create_task(jobs.store.watch(heard.append))

@@ -53,7 +53,7 @@ async def queue(shared: dict[str, str]) -> AsyncIterator[job.Jobs]:
 def start_worker(shared: dict[str, str], *args: str, hang: bool = False) -> subprocess.Popen[bytes]:
     env = {**os.environ, **shared, "NILO_TEST_HANG": "1" if hang else "0"}
     return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", *args],
+        [sys.executable, "-m", "nilo_job", "worker", "procs_kinds:jobs", *args],
         cwd=HERE,
         env=env,
         stdout=subprocess.PIPE,

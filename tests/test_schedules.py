@@ -393,7 +393,7 @@ async def test_cancelling_a_schedules_next_tick_skips_that_tick_and_the_schedule
 async def test_serve_brings_back_a_schedule_whose_row_was_deleted_another_way(
     store: job.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("nilo_job._server._SEED_EVERY_US", 0)  # seed again at every claim
+    monkeypatch.setattr("nilo_job._worker.server._SEED_EVERY_US", 0)  # seed again at every claim
     jobs = job.Jobs(kinds=[Nightly], store=store, poll_ms=20)
     async with jobs.serving(grace_ms=1_000):
         async with asyncio.timeout(10):

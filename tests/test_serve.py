@@ -441,7 +441,7 @@ async def test_due_times_already_past_do_not_crowd_out_a_later_one(
     _started_at.clear()
     _arrived.clear()
     _release_busy = asyncio.Event()
-    monkeypatch.setattr("nilo_job._wakeups._DUE_KNOWN_MOST", 16)
+    monkeypatch.setattr("nilo_job._worker.wakeups._DUE_KNOWN_MOST", 16)
     jobs = job.Jobs(
         kinds=[Busy, Later, Counted], store=job.Memory(bytes=1 << 20), workers=1, poll_ms=60_000
     )

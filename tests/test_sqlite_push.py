@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
-from nilo_job.store import _sqlite_connections
+from nilo_job.store.sqlite import connections as _sqlite_connections
 
 
 @dataclass

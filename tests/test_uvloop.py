@@ -52,7 +52,7 @@ def _needs_uvloop() -> None:
 
 def _start(args: tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "test_uvloop:jobs", *args],
+        [sys.executable, "-m", "nilo_job", "worker", "test_uvloop:jobs", *args],
         cwd=HERE,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
@@ -124,7 +124,7 @@ async def test_without_uvloop_the_worker_says_so_and_runs_asyncio_own(tmp_path: 
 
 def test_loop_uvloop_without_uvloop_is_refused_with_a_sentence(tmp_path: Path) -> None:
     refused = subprocess.run(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "test_uvloop:jobs", "--loop", "uvloop"],
+        [sys.executable, "-m", "nilo_job", "worker", "test_uvloop:jobs", "--loop", "uvloop"],
         cwd=HERE,
         env={**os.environ, **_without_uvloop(tmp_path)},
         capture_output=True,

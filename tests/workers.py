@@ -23,7 +23,7 @@ def start(env: dict[str, str], *args: str, poll_ms: int | None = None) -> subpro
     """A worker process serving `procs_kinds:jobs` with `env`, and `poll_ms` if given."""
     extra = {} if poll_ms is None else {"NILO_TEST_POLL_MS": str(poll_ms)}
     return subprocess.Popen(
-        [sys.executable, "-m", "nilo_job.cli", "worker", "procs_kinds:jobs", *args],
+        [sys.executable, "-m", "nilo_job", "worker", "procs_kinds:jobs", *args],
         cwd=HERE,
         env={**os.environ, **env, **extra},
         stdout=subprocess.PIPE,

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._command import dashboard_command
-
 if TYPE_CHECKING:
     from ._app import dashboard_app
 
-__all__ = ["dashboard_app", "dashboard_command"]
+__all__ = ["dashboard_app"]
 
 
 def __getattr__(name: str) -> Any:

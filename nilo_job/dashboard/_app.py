@@ -35,8 +35,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import Cron, Every, Jobs, Refusal
-from .._ticks import SCHEDULE_KEY  # the key a schedule's next tick holds
-from .._views import Row, Where
+from .._types import Row, Where
+from .._worker.ticks import SCHEDULE_KEY
 from ..store.contract import INT64_MAX
 from ._actions import Actions
 from ._base import COOKIE, first

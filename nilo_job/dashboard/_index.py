@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._views import Flow, Row
+from .._types import Flow, Row
 from ._chart import bar_chart
 from ._render import Chrome, button, duration, esc, href, when
 from ._table import row_table

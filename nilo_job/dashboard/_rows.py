@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._views import Row, Where
+from .._types import Row, Where
 from ._render import Chrome, csrf_field, esc, href
 from ._table import row_table
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from .._views import Row
+from .._types import Row
 from ._render import Chrome, button, esc, href, when
 
 PAYLOAD_CHARS = 160

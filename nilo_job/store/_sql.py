@@ -26,9 +26,9 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @functools.cache
-def load(filename: str) -> dict[str, str]:
-    """The statements of `nilo_job/store/<filename>`, by the name in their `-- name:` line."""
-    text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+def load(package: str) -> dict[str, str]:
+    """The statements of a store package's `queries.sql`, by the name in their `-- name:` line."""
+    text = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
     parts = _NAME.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 

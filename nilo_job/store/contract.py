@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .._values import Stats
-from .._views import Where
+from .._types import Stats, Where
 
 __all__ = [
     "INT64_MAX",

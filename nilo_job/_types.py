@@ -1,0 +1,364 @@
+"""The values users read and write: retry policy, tick, stats, status, dead rows, states.
+
+All are frozen, slotted dataclasses; states are enums. Times are microseconds since the epoch
+(`run_at`, `died_at`) and durations are milliseconds (`ms`, `from_ms`, `to_ms`), as the names say.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ._errors import Refusal
+
+
+def _check_ms(owner: str, name: str, value: object, *, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Refusal(f"{owner}({name}=...) takes whole milliseconds as an int, not {value!r}")
+    if value < (1 if positive else 0):
+        bound = "greater than 0" if positive else "0 or more"
+        raise Refusal(f"{owner}({name}={value}) must be {bound} milliseconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fixed:
+    """The same wait, `ms` milliseconds, before every retry."""
+
+    ms: int
+
+    def __post_init__(self) -> None:
+        _check_ms("Fixed", "ms", self.ms, positive=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exponential:
+    """A wait of `from_ms` after the first failure, doubling after each, never past `to_ms`.
+
+    `Exponential(from_ms=1_000, to_ms=3_600_000)` is 1 s, 2 s, 4 s, … and never past an hour.
+    Both in milliseconds.
+    """
+
+    from_ms: int
+    to_ms: int
+
+    def __post_init__(self) -> None:
+        _check_ms("Exponential", "from_ms", self.from_ms, positive=True)
+        _check_ms("Exponential", "to_ms", self.to_ms, positive=True)
+        if self.to_ms < self.from_ms:
+            raise Refusal(
+                f"Exponential(from_ms={self.from_ms}, to_ms={self.to_ms}): to_ms is the cap and "
+                "must be at least from_ms"
+            )
+
+
+Backoff = Fixed | Exponential
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retry:
+    """What a failure means for a kind: how many retries, and how long to wait before each.
+
+    `times` is the number of retries, so `Retry(times=3)` is four attempts in all, back to back;
+    `Retry.NONE` is one attempt, and a failure is final. A kind's `retry` has no default: how
+    many times a job is tried is a promise about that job, so every kind must say it.
+
+    Raises:
+        Refusal: `times` is negative or not an int, or `backoff` is not `Fixed`/`Exponential`.
+    """
+
+    NONE: ClassVar[Retry]
+
+    times: int
+    backoff: Fixed | Exponential | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 0:
+            raise Refusal(f"Retry(times={self.times!r}): times is a count of retries, 0 or more")
+        if self.backoff is not None and not isinstance(self.backoff, Fixed | Exponential):
+            raise Refusal(
+                f"Retry(backoff={self.backoff!r}): write backoff=job.Fixed(ms=30_000) or "
+                "backoff=job.Exponential(from_ms=1_000, to_ms=3_600_000)"
+            )
+
+    @property
+    def attempts(self) -> int:
+        """Attempts in all: `times + 1`."""
+        return self.times + 1
+
+    def wait_ms(self, failed_attempt: int) -> int:
+        """Milliseconds to wait after attempt number `failed_attempt` (1-based) failed."""
+        backoff = self.backoff
+        if backoff is None:
+            return 0
+        if isinstance(backoff, Fixed):
+            return backoff.ms
+        # Doubling from from_ms; the cap is compared before the power can grow without bound.
+        exponent = max(failed_attempt - 1, 0)
+        if exponent >= 63 or backoff.from_ms << exponent >= backoff.to_ms:
+            return backoff.to_ms
+        return backoff.from_ms << exponent
+
+
+Retry.NONE = Retry(times=0)
+
+
+class State(enum.StrEnum):
+    """Where a row is: `queued` (due now or later, including a retry's wait), `running` (claimed
+    under a lease), `done` (finished; only a status Space remembers it), `dead` (failed for the
+    last time; it stays in the table)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+
+
+class Overlap(enum.Enum):
+    """What a scheduled kind does when its next tick is due while the previous run still runs."""
+
+    SKIP = "skip"
+    QUEUE = "queue"
+
+
+class Missed(enum.Enum):
+    """What a scheduled kind does with a tick whose time has passed."""
+
+    DROP = "drop"
+    CATCH_UP = "catch_up"
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Which tick a run is: the row's `id`, the `attempts` this is (1 the first time), when the row
+    was due (`run_at`, microseconds since the epoch), and whether this is the `last` attempt the
+    kind's retry allows. A `final` error is dead on whichever attempt it happens."""
+
+    id: int
+    attempts: int
+    run_at: int
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """How many rows are `queued`, `running` and `dead`, and how many `done` rows are kept as
+    history (0 when the queue keeps none).
+
+    Read by attribute; it also unpacks, indexes and compares equal like the tuple of the first
+    three, the rows still in the queue (`done` is left out of the tuple).
+    """
+
+    queued: int
+    running: int
+    dead: int
+    done: int = 0
+
+    def _tuple(self) -> tuple[int, int, int]:
+        return (self.queued, self.running, self.dead)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._tuple())
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._tuple()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Stats):
+            return self._tuple() == other._tuple()
+        if isinstance(other, tuple):
+            return self._tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What a status Space remembers of a row: its `state`, the `attempts` so far, and the last
+    figure its run reported through `jobs.progress` (None before any)."""
+
+    state: State
+    attempts: int
+    progress: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """A row that failed for the last time: `error` is the exception's class name, `payload` the
+    row's JSON decoded to plain Python values, `died_at` microseconds since the epoch, `message`
+    the exception's message and `traceback` its traceback as Python prints it (each "" when the
+    row has none, as for a row that died before this version kept them)."""
+
+    id: int
+    kind: str
+    error: str
+    attempts: int
+    payload: Any
+    died_at: int
+    message: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The tick's scope, handed to a `run` that asks for it by annotating a parameter `job.Run`.
+
+    `now_us` is the clock this tick reads (the number given to `drain_at` in a test, microseconds
+    since the epoch); `log` is the `nilo_job` logger bound to the kind and the row; `tick` is the
+    same `Tick` a `job.Tick` parameter gets.
+    """
+
+    now_us: int
+    tick: Tick
+    log: logging.LoggerAdapter[logging.Logger]
+
+
+_STATES = ("queued", "running", "dead", "done")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Where:
+    """Which rows: in `state` ("queued", "running", "dead" or "done"), of `kind`, whose last
+    error's class name is `error`, holding the unique key `key`, or among `ids`. Each left as
+    None matches every row.
+
+        job.Where(state="dead", kind="send-welcome", error="SMTPServerDisconnected")
+
+    Raises:
+        Refusal: a state that is not one of the four, or a field of the wrong type.
+    """
+
+    state: str | None = None
+    kind: str | None = None
+    error: str | None = None
+    key: str | None = None
+    ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.state is not None and self.state not in _STATES:
+            raise Refusal(
+                f"Where(state={self.state!r}): a row is 'queued', 'running', 'dead' or 'done'"
+            )
+        for name in ("kind", "error", "key"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise Refusal(f"Where({name}={value!r}) takes a str")
+            if value is not None and ("\x00" in value or not is_unicode(value)):
+                raise Refusal(
+                    f"Where({name}={value[:80]!a}): no row holds a NUL or a lone surrogate, "
+                    "which no store can keep"
+                )
+        if self.ids is not None:
+            if isinstance(self.ids, str | bytes) or not isinstance(self.ids, Sequence):
+                raise Refusal(f"Where(ids={self.ids!r}) takes a list of row ids")
+            ids = tuple(self.ids)
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise Refusal(f"Where(ids={self.ids!r}) takes whole-number row ids")
+            object.__setattr__(self, "ids", ids)
+
+    def matches(self, state: str, kind: str, error: str | None, key: str | None, id: int) -> bool:
+        """Whether a row with these columns is one of these rows."""
+        return (
+            (self.state is None or state == self.state)
+            and (self.kind is None or kind == self.kind)
+            and (self.error is None or error == self.error)
+            and (self.key is None or key == self.key)
+            and (self.ids is None or id in self.ids)
+        )
+
+    def words(self) -> str:
+        """This filter as an operator reads it: "dead rows of send-welcome with Timeout"."""
+        text = f"{self.state or 'all'} rows"
+        if self.kind is not None:
+            text += f" of {self.kind}"
+        if self.error is not None:
+            text += f" that failed with {self.error}"
+        if self.key is not None:
+            text += f" holding the key {self.key!r}"
+        if self.ids is not None:
+            text += f" among {len(self.ids)} ids"
+        return text
+
+
+def is_unicode(text: str) -> bool:
+    """Whether `text` is Unicode a store can be sent (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A row's whole story, as `jobs.row(id)` and `jobs.find(...)` read it.
+
+    `state` is "queued", "running", "dead" or "done" (a done row is kept for the queue's
+    `retention_ms`). `payload` is the stored JSON as plain values (None when it cannot be read,
+    `unreadable` then says why); `result` is what a done row's run returned, as plain values
+    (None when it returned None or nothing JSON can carry). Times are µs since the epoch:
+    `pushed_at` (None for a row pushed by a version that did not record it), `run_at` (due),
+    `started_at` (its last attempt), `finished_at` (done), `died_at` (dead), `lease_until`
+    (running). `worker` is "host:pid" of the process that ran the last attempt. `error`,
+    `message` and `traceback` are the last failure's class name, message and traceback.
+    """
+
+    id: int
+    kind: str
+    state: str
+    payload: Any
+    attempts: int
+    run_at: int
+    unique_key: str | None = None
+    pushed_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    died_at: int | None = None
+    lease_until: int | None = None
+    worker: str | None = None
+    error: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    result: Any = None
+    unreadable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One page of `jobs.find`: its `rows`, and `next`, the cursor to pass as `after=` for the
+    page after it (None on the last page)."""
+
+    rows: list[Row]
+    next: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """One kind's flow, as `jobs.flow()` reads it.
+
+    `done` and `died` count the rows that finished and that died in each minute of the window,
+    oldest minute first (`minutes[i]` is the start of minute `i`, µs since the epoch); done rows
+    count only while history is kept. `p50_ms` and `p95_ms` are the run durations of its last
+    1,000 done rows in the window (None without any); `oldest_due_ms` is how long its oldest
+    due row has waited (queue latency; 0 with none waiting); `queued`, `running` and `dead`
+    count its rows now; `paused` says whether the kind is paused.
+    """
+
+    kind: str
+    minutes: list[int] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    died: list[int] = field(default_factory=list)
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    oldest_due_ms: int = 0
+    queued: int = 0
+    running: int = 0
+    dead: int = 0
+    paused: bool = False

@@ -1,0 +1,79 @@
+"""The test helpers: `drain`, `drain_at`, `run_one` and `run_one_at` run due rows here and now.
+
+A test moves the clock by handing a moment to `drain_at(now_us)`: the claim, the lease, a retry's
+wait and a schedule's next tick all read that one number, so tomorrow, a backoff or a lease is a
+call rather than a sleep. Rows run one at a time, in the caller's task, through the same
+`Runner` that serve uses.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .._errors import Refusal
+from .._observers import Observers
+from .._process import worker
+from ..store.contract import INT64_MAX, INT64_MIN, Store
+from .runner import Runner
+
+
+class Drain:
+    """Runs one queue's due rows at a given moment.
+
+    Args:
+        store: the queue's store.
+        names: the kinds it may claim.
+        lease_ms: the lease a claim takes, in milliseconds (on the drain's clock).
+        runner, observers: the queue's parts.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        names: tuple[str, ...],
+        lease_ms: int,
+        runner: Runner,
+        observers: Observers,
+    ) -> None:
+        self.store = store
+        self.names = names
+        self.lease_ms = lease_ms
+        self.runner = runner
+        self.observers = observers
+
+    async def run_one_at(self, now_us: int, names: tuple[str, ...] | None = None) -> bool:
+        """`Jobs.run_one_at`: True if a run was called. `names` are the kinds to claim (None:
+        every kind that is not paused)."""
+        if isinstance(now_us, bool) or not isinstance(now_us, int):
+            raise Refusal(f"drain_at({now_us!r}): microseconds since the epoch, as an int")
+        if not INT64_MIN <= now_us <= INT64_MAX - self.lease_ms * 1_000:
+            raise Refusal(f"drain_at({now_us}): a moment no store can hold; pass a nearer one")
+        if names is None:
+            names = await self.claimable()
+        if not names:
+            return False
+        while True:
+            began = time.monotonic()
+            rows = await self.store.claim(
+                names, now_us, now_us + self.lease_ms * 1_000, 1, worker()
+            )
+            if self.observers.all:
+                self.observers.claimed(rows, now_us, began)
+            if not rows:
+                return False
+            if await self.runner.execute(rows[0], lambda: now_us):
+                return True
+
+    async def drain_at(self, now_us: int) -> int:
+        """`Jobs.drain_at`: how many runs were called."""
+        count = 0
+        names = await self.claimable()
+        while await self.run_one_at(now_us, names):
+            count += 1
+        return count
+
+    async def claimable(self) -> tuple[str, ...]:
+        """The kinds to claim: every kind of the queue that is not paused."""
+        paused = await self.store.paused()
+        return tuple(name for name in self.names if name not in paused)

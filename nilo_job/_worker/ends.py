@@ -1,0 +1,269 @@
+"""Writing ends: how the end of a claimed row, once decided, reaches the store.
+
+An end (done, a retry at a time, dead, or given back unrun) is decided in `outcome` and written
+here with `store.finish`. Under serve the ends of concurrent runs share one `finish` (a group
+commit, `Grouped`), written by a task of the group's own, so an end whose run has returned is
+written even when its row's task is cancelled by a stop past its grace. An end the store cannot
+take because it is unreachable is tried again for as long as the row's lease lasts: past it
+another worker may take the row, and this end no longer matters (the row runs again: at least
+once). Work left to finish after its caller has gone (a row given back as serve stopped, the
+record of an end written late) runs in background tasks that serve's stop and later pushes wait
+for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import Any
+
+from .._errors import LeaseLost, StoreUnavailable
+from .._group_commit import Grouped
+from .._kinds import Kind
+from .._observers import Observers, Outcome
+from .._types import State
+from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Store
+from .outcome import in_ascii, user_traceback
+from .wakeups import Wakeups
+
+log = logging.getLogger("nilo_job")
+
+
+def _in_ascii(end: End) -> End | None:
+    """`end` with its error's name, message and traceback in ASCII (escaped), or None when
+    they are already."""
+    if not isinstance(end, Retrying | Died):
+        return None
+    error, detail, trace = (in_ascii(text) for text in (end.error, end.detail, end.traceback))
+    if (error, detail, trace) == (end.error, end.detail, end.traceback):
+        return None
+    return dataclasses.replace(end, error=error, detail=detail, traceback=trace)
+
+
+def released(row: Claimed) -> Released:
+    """The end of a claimed row given back unrun: queued again, due when it was, its attempt
+    uncounted."""
+    return Released(row.id, row.attempts, row.run_at)
+
+
+class Ends:
+    """The ends of one queue's rows, written to `store`.
+
+    Args:
+        store: the queue's store.
+        lease_ms: the queue's lease, in milliseconds: how long an end is tried again through
+            an outage.
+    """
+
+    def __init__(self, store: Store, lease_ms: int) -> None:
+        self.store = store
+        self.lease_ms = lease_ms
+        self.group: Grouped[End, bool] | None = None  # while serve runs
+        self.background: set[asyncio.Task[Any]] = set()
+        self.retrying: set[asyncio.Task[Any]] = set()
+
+    async def _finish(self, ends: list[End]) -> list[bool]:
+        return await self.store.finish(ends)
+
+    def start_grouping(self) -> None:
+        """serve begins: ends from now on share `finish` calls, written by the group's task."""
+        self.group = Grouped(self._finish, detached=True)
+
+    async def stop_grouping(self) -> None:
+        """serve ends: until the groups waiting now are written, then ends go one by one."""
+        group = self.group
+        if group is not None:
+            with contextlib.suppress(Exception):
+                await group.idle()  # it shields the write itself
+        self.group = None
+
+    def submit(self, end: End) -> asyncio.Future[bool] | None:
+        """Under serve: `end` handed to the group, which writes it whatever happens to the
+        caller; the future of whether it applied (False: the lease was lost), which fails as
+        the group's write did (`StoreUnavailable` included: then `write` is the way that tries
+        again). None when serve is not grouping ends."""
+        group = self.group
+        return None if group is None else group.submit(end)
+
+    @staticmethod
+    def could_write_plainer(end: End) -> bool:
+        """Whether `write` has a plainer `end` to try when the store refuses it (its error's
+        text in ASCII)."""
+        return _in_ascii(end) is not None
+
+    async def write(
+        self,
+        kind: str,
+        row: Claimed,
+        end: End,
+        late: Callable[[bool], None] | None = None,
+    ) -> bool | None:
+        """Write `end` of `row` (of kind `kind`): whether it applied (False: the lease was lost
+        to another worker), or None when the store stayed unreachable for the whole lease (the
+        row is then taken again after its lease).
+
+        Under serve the end goes to the group, which writes it even if this task is cancelled
+        meanwhile; `late` is then called with its answer.
+
+        Raises:
+            Exception: anything but `StoreUnavailable` that the store raised.
+        """
+        deadline = time.monotonic() + self.lease_ms / 1_000
+        pause = 0.05
+        while True:
+            try:
+                group = self.group
+                if group is None:
+                    (applied,) = await self.store.finish([end])
+                else:
+                    applied = await group.submit(end, late)
+            except StoreUnavailable as error:
+                if time.monotonic() + pause > deadline:
+                    log.error(
+                        "%s row %d: its end could not be written (%s); the row runs again "
+                        "once its lease has passed",
+                        kind, row.id, error, extra={"kind": kind, "row": row.id},
+                    )  # fmt: skip
+                    return None
+                log.warning(
+                    "%s row %d: writing its end failed (%s); trying again in %.2f s",
+                    kind, row.id, error, pause, extra={"kind": kind, "row": row.id},
+                )  # fmt: skip
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            except Exception as error:
+                # Its text is storable already (`outcome`); should a store refuse it anyway,
+                # the end is written with its text in plain ASCII rather than not at all.
+                plainer = _in_ascii(end)
+                if plainer is None:
+                    raise
+                log.error(
+                    "%s row %d: the store refused its end (%s: %s); writing it again with its "
+                    "error's text in ASCII",
+                    kind, row.id, type(error).__name__, error,
+                    extra={"kind": kind, "row": row.id},
+                )  # fmt: skip
+                end = plainer
+            else:
+                return applied
+
+    async def give_back(self, rows: Sequence[Claimed]) -> None:
+        """Queue `rows` again unrun, in one `finish` that a cancel of the caller does not cut
+        short; a failure leaves them to their lease."""
+        if rows:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.finish([released(row) for row in rows]))
+
+    def later(self, work: Coroutine[Any, Any, object], *, retrying: bool = False) -> None:
+        """Run `work` in a background task that `settled()` waits for; `retrying`: an end that
+        serve's group could not write, on its whole way (which a push does not wait for)."""
+        tasks = self.retrying if retrying else self.background
+        task = asyncio.get_running_loop().create_task(work)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def settled(self, *, retrying: bool = True) -> None:
+        """Until the background work started so far has finished (with `retrying`, the ends
+        tried again through an outage too)."""
+        tasks = self.background | self.retrying if retrying else set(self.background)
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+log = logging.getLogger("nilo_job")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ending:
+    """A run's end on its way to the store and then to `tell`: `end` of `row` (of `kind`);
+    `seconds`, how long the run took; `dropped`, a schedule's tick dropped unrun; `error`, the
+    failure the end records, for the log's traceback."""
+
+    kind: Kind
+    row: Claimed
+    end: End
+    seconds: float = 0.0
+    dropped: bool = False
+    error: BaseException | None = None
+
+
+def tell(
+    observers: Observers,
+    wakeups: Wakeups,
+    ending: Ending,
+    applied: bool | None,
+    progress: int | None,
+) -> tuple[State, int, int | None] | None:
+    """Tell the observers, the log and serve's wake-ups how `ending` went (`applied`: whether
+    it applied, False when the lease was lost, None when it could not be written; `progress`:
+    the run's last progress figure); the status the row has now, for the status Space, or None
+    when it has none to record."""
+    if applied is None:
+        return None
+    kind, row, end, seconds = ending.kind, ending.row, ending.end, ending.seconds
+    fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
+    outcome: Outcome = "lost" if not applied else "dropped" if ending.dropped else _outcome(end)
+    observers.ended(kind.name, outcome, _error_of(end), seconds)
+    if not applied:
+        log.warning(
+            "%s row %d: the lease ran out and another worker took the row; this attempt's "
+            "end was not written",
+            kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
+        )  # fmt: skip
+        return None
+    if isinstance(end, Retrying | Released):
+        wakeups.wake_at(end.run_at)  # a retry's wait, or a row given back
+    if end.then is not None:
+        wakeups.wake_at(end.then.run_at)  # a schedule's next tick
+    if isinstance(end, Done):
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s row %d: done on attempt %d in %.1f ms",
+                kind.name, row.id, row.attempts, seconds * 1_000,
+                extra={**fields, "ms": round(seconds * 1_000, 3)},
+            )  # fmt: skip
+        return State.DONE, row.attempts, progress
+    if isinstance(end, Retrying):
+        wait_ms = kind.retry.wait_ms(row.attempts)
+        log.warning(
+            "%s row %d failed with %s on attempt %d: %s; retrying in %.1f s",
+            kind.name, row.id, end.error, row.attempts, end.detail, wait_ms / 1_000,
+            extra={**fields, "error": end.error, "wait_ms": wait_ms},
+            exc_info=exc_info(ending.error),
+        )  # fmt: skip
+        return State.QUEUED, row.attempts, None
+    if isinstance(end, Died):
+        log.error(
+            "%s row %d failed with %s on attempt %d and is dead: %s",
+            kind.name, row.id, end.error, row.attempts, end.detail,
+            extra={**fields, "error": end.error},
+            exc_info=exc_info(ending.error),
+        )  # fmt: skip
+        return State.DEAD, row.attempts, progress
+    return State.QUEUED, row.attempts - 1, None
+
+
+def exc_info(
+    error: BaseException | None,
+) -> tuple[type[BaseException], BaseException, TracebackType | None] | None:
+    """What `logging` takes to print `error` with its traceback."""
+    return None if error is None else (type(error), error, user_traceback(error))
+
+
+def _outcome(end: End) -> Outcome:
+    if isinstance(end, Done):
+        return "done"
+    if isinstance(end, Retrying):
+        return "retrying"
+    if isinstance(end, Died):
+        return "dead"
+    return "released"
+
+
+def _error_of(end: End) -> str | None:
+    return end.error if isinstance(end, Retrying | Died) else None

@@ -1,0 +1,140 @@
+"""The feed: how rows claimed in this process reach serve's workers.
+
+The claim loop puts the rows it claimed here, and a push that claimed its own row for an idle
+worker hands it over here too; each of serve's workers takes one row at a time. A row handed to
+a waiting worker is started there and then (`start`, serve's), in the call that put it: its run
+begins at the next turn of the loop, without waiting for the worker to wake first. The feed also
+knows how many workers wait (`idle`), how many of those a push in flight is claiming a row for
+(`promised`), and which rows have started and not yet ended (`tasks`), which is what serve's
+claim loop and its stop read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+from collections.abc import Callable, Sequence
+
+from ..store.contract import Claimed
+
+Start = Callable[[Claimed, int, Callable[[], None]], "asyncio.Task[None] | None"]
+"""serve's start of a row claimed at a clock reading (µs): its run's task, which calls the
+function given once the row no longer needs its worker; None, starting nothing, when the row can
+no longer run under its lease (its worker then gives it back)."""
+
+Taken = tuple[Claimed, int, "asyncio.Future[None] | None"]
+"""What a worker is handed: a row, the clock reading of its claim (µs), and the future that
+frees the worker once the row's run no longer needs it; None when the row was not started."""
+
+
+def settle(freed: asyncio.Future[None]) -> None:
+    """Free the worker waiting on `freed` (its row's run no longer needs it), unless it is."""
+    if not freed.done():
+        freed.set_result(None)
+
+
+class Feed:
+    """Rows claimed and not yet started (each with the clock reading of its claim, µs), and the
+    workers waiting for one; one feed per run of `serve`.
+
+    A row goes to a waiting worker directly, started as it is handed over, or waits in `rows`
+    for the next worker that asks, started as it is taken; a worker taking a row costs no
+    future while rows wait. `want()` (serve's wake-up) is called when a worker finds nothing, or
+    leaves `low` rows or fewer behind it.
+    """
+
+    def __init__(self, want: Callable[[], None], kinds: Sequence[str], start: Start) -> None:
+        self.kinds: frozenset[str] = frozenset(kinds)  # what serve claims now (none paused)
+        self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
+        self.idle: collections.deque[asyncio.Future[Taken | None]] = collections.deque()
+        self.start = start
+        self.want = want
+        self.low = 0
+        self.tasks: set[asyncio.Task[None]] = set()  # rows started and not yet ended
+        # When each busy worker started its row (loop time, s), until the row frees it.
+        self.busy_since: dict[asyncio.Future[None], float] = {}
+        self.promised = 0  # idle workers a push in flight is claiming a row for
+        self.closed = False
+
+    def _taken(self, row: Claimed, claimed_at: int) -> Taken:
+        """`row` started for the worker it goes to (see `Taken`): its task is among `tasks`
+        until it ends, and the worker counts as busy (`busy_since`) until the row frees it."""
+        loop = asyncio.get_running_loop()
+        freed: asyncio.Future[None] = loop.create_future()
+        task = self.start(row, claimed_at, functools.partial(settle, freed))
+        if task is None:
+            return row, claimed_at, None
+        self.tasks.add(task)
+        task.add_done_callback(functools.partial(self._ended, freed))
+        self.busy_since[freed] = loop.time()  # (its worker takes it out once freed)
+        return row, claimed_at, freed
+
+    def _ended(self, freed: asyncio.Future[None], task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        settle(freed)  # (if its run had not freed the worker yet)
+
+    def has_unpromised_idle(self) -> bool:
+        """Whether a worker waits with no row promised to it by a push in flight."""
+        return not self.closed and len(self.idle) > self.promised
+
+    async def get(self) -> Taken | None:
+        """The next row for a worker, started, waiting for one; None once the feed is
+        closed."""
+        if self.closed:
+            return None
+        if self.rows:
+            row, claimed_at = self.rows.popleft()
+            if len(self.rows) <= self.low:
+                self.want()
+            return self._taken(row, claimed_at)
+        waiter: asyncio.Future[Taken | None] = asyncio.get_running_loop().create_future()
+        self.idle.append(waiter)
+        self.want()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            handed = waiter.result() if waiter.done() and not waiter.cancelled() else None
+            if handed is not None and handed[2] is None:
+                # Handed over, not started, as the worker was cancelled: it waits again. (A
+                # started one is among `tasks`, which serve's stop sees to.)
+                self.rows.appendleft(handed[:2])
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self.idle.remove(waiter)
+
+    def put(self, rows: Sequence[Claimed], claimed_at: int) -> None:
+        """Hand `rows` to waiting workers, first come first served, starting each; the rest
+        wait here."""
+        for row in rows:
+            while self.idle:
+                waiter = self.idle.popleft()
+                if not waiter.done():
+                    waiter.set_result(self._taken(row, claimed_at))
+                    break
+            else:
+                self.rows.append((row, claimed_at))
+
+    def close(self) -> None:
+        """No more rows: waiting workers get None, and so does every later `get`."""
+        self.closed = True
+        while self.idle:
+            waiter = self.idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def take_older(self, claimed_before: int) -> list[tuple[Claimed, int]]:
+        """The rows waiting that were claimed before `claimed_before` (µs), taken out of the
+        feed. Rows wait in the order they were claimed, so these are at its front."""
+        old = []
+        while self.rows and self.rows[0][1] < claimed_before:
+            old.append(self.rows.popleft())
+        return old
+
+    def take_all(self) -> list[tuple[Claimed, int]]:
+        """Every row still waiting, taken out of the feed."""
+        taken = list(self.rows)
+        self.rows.clear()
+        return taken

@@ -1,0 +1,356 @@
+"""Running one claimed row: from the row a claim took to the end written for it.
+
+`Runner.execute` takes a `Claimed` row up to its run and back down to the store: a schedule's
+tick is dropped when missed or hands its key on; the payload is decoded (a row whose JSON no
+longer fits its class dies as `BadPayload` without running); the run is called with its
+arguments (`calling`), under its timeout, in a thread when it is sync; the outcome becomes an
+end (`outcome.decide`), which is written (`ends`) and then told to the observers, the log, the
+status Space and serve's wake-ups (a retry's wait, the next tick). Serve and the test helpers
+both run rows through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from .._errors import BadPayload, StoreUnavailable
+from .._kinds import Kind
+from .._observers import Observers
+from .._spaces import Statuses
+from .._types import Missed, Overlap, State, Tick
+from ..store.contract import Claimed, Died, Done, NewRow, Released, Store
+from . import outcome
+from .calling import Execution, arguments, call_async, call_in_thread
+from .ends import Ending, Ends, tell
+from .outcome import MESSAGE_CHARS, storable
+from .ticks import Ticks
+from .wakeups import Wakeups
+
+log = logging.getLogger("nilo_job")
+
+RESULT_BYTES = 65_536
+"""The largest result (its JSON, in bytes) a done row keeps; a larger one is kept as None."""
+
+_BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due again after this
+
+
+def _nothing() -> None:
+    return None
+
+
+class Runner:
+    """Runs the claimed rows of one queue, one `execute` per row.
+
+    Args:
+        kinds: the queue's kinds by name.
+        queue: the value a run gets for a parameter annotated `job.Jobs`.
+        deps: the object whose fields answer a run's other parameters.
+        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
+        store: for a schedule's key handed on as its tick starts.
+        ends, ticks, statuses, observers, wakeups: the queue's parts this writes through.
+        keep: keep done rows as history, with their run's result (the queue's retention).
+    """
+
+    def __init__(
+        self,
+        *,
+        kinds: dict[str, Kind],
+        queue: object,
+        deps: object,
+        timeout_ms: int,
+        store: Store,
+        ends: Ends,
+        ticks: Ticks,
+        statuses: Statuses,
+        observers: Observers,
+        wakeups: Wakeups,
+        keep: bool = False,
+    ) -> None:
+        self.kinds = kinds
+        self.keep = keep  # done rows are kept as history (the queue's retention is on)
+        self.queue = queue
+        self.deps = deps
+        self.timeout_ms = timeout_ms
+        self.store = store
+        self.ends = ends
+        self.ticks = ticks
+        self.statuses = statuses
+        self.observers = observers
+        self.wakeups = wakeups
+        # Rows this process holds, by id, until their execution (thread included) has ended.
+        self.busy: dict[int, Execution] = {}
+        self.progress_of: dict[int, int] = {}
+        self.run_s: float | None = None  # recent seconds per run (a moving average)
+
+    async def execute(
+        self,
+        row: Claimed,
+        clock: Callable[[], int],
+        free: Callable[[], None] = _nothing,
+        *,
+        hand_off: bool = False,
+    ) -> bool:
+        """Run one claimed row to its end and write the end. True if `run` was called.
+
+        `clock()` is the tick's clock (µs). `free()` is called once the row no longer needs its
+        worker: an async run's as soon as its run has returned, before its end is written
+        (serve's worker takes its next row meanwhile); otherwise when everything here is over.
+        With `hand_off` (serve's workers, no status Space) an async run's end is handed to
+        serve's group and told when written, after this returns.
+        """
+        kind = self.kinds[row.kind]
+        if row.unreadable is not None:
+            await self._bad_payload(kind, row, f"the store cannot read it: {row.unreadable}", clock)
+            return False
+        then: NewRow | None = None
+        if self.ticks.holds_schedule(kind, row):
+            now = clock()
+            if outcome.tick_is_missed(kind, row.run_at, now) and kind.missed is Missed.DROP:
+                log.info(
+                    "%s row %d: tick due at %d is later than its successor; dropped",
+                    kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
+                )  # fmt: skip
+                next_tick = self.ticks.next_row(kind, row.run_at, now)
+                await self._end(
+                    Ending(kind, row, Done(row.id, row.attempts, next_tick), dropped=True)
+                )
+                return False
+            if kind.overlap is Overlap.QUEUE:
+                # The next tick may start while this one runs: hand the key on now.
+                next_tick = self.ticks.next_row(kind, row.run_at, now)
+                if await self.store.hand_on(row.id, row.attempts, next_tick):
+                    self.wakeups.wake_at(next_tick.run_at)
+            else:
+                then = self.ticks.next_row(kind, row.run_at, now)  # recomputed when it ends
+        try:
+            value = kind.codec.decode(row.payload)
+        except BadPayload as error:
+            await self._bad_payload(kind, row, str(error), clock, then)
+            return False
+        # Two executions of one row never overlap in this process: while a timed-out sync run's
+        # thread is still going, a new claim of its row is given back, due a second later.
+        previous = self.busy.get(row.id)
+        if previous is not None and not previous.done:
+            log.info(
+                "%s row %d: an earlier run's thread is still going here; the row is queued "
+                "again for a second from now",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+            again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
+            await self.ends.write(kind.name, row, again)
+            return False
+        execution = Execution(functools.partial(self._forget, row.id))
+        self.busy[row.id] = execution
+        try:
+            return await self._run(
+                kind, row, value, clock, execution, then is not None, free, hand_off
+            )
+        finally:
+            if kind.is_async or not execution.thread_started:
+                execution.end()
+
+    async def _bad_payload(
+        self,
+        kind: Kind,
+        row: Claimed,
+        why: str,
+        clock: Callable[[], int],
+        then: NewRow | None = None,
+    ) -> None:
+        """Kill `row` as `BadPayload` without running it: `why` says what is wrong with it."""
+        detail = storable(f"{why} (the row did not run)", MESSAGE_CHARS)
+        end = Died(row.id, row.attempts, clock(), BadPayload.__name__, detail, then)
+        await self._end(Ending(kind, row, end))
+
+    def _forget(self, row_id: int, execution: Execution) -> None:
+        if self.busy.get(row_id) is execution:
+            del self.busy[row_id]
+
+    async def _run(
+        self,
+        kind: Kind,
+        row: Claimed,
+        value: object,
+        clock: Callable[[], int],
+        execution: Execution,
+        hand_on_at_end: bool,
+        free: Callable[[], None],
+        hand_off: bool,
+    ) -> bool:
+        started = clock()
+        tick = Tick(row.id, row.attempts, row.run_at, outcome.is_last(kind, row.attempts))
+        if self.statuses.space is not None:
+            self.progress_of[row.id] = 0  # the figure starts over with every attempt
+        kwargs = arguments(kind, tick, started, self.queue, self.deps)
+        timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
+        error: BaseException | None = None
+        watch = self.observers.running(kind.name, tick)
+        returned: object = None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s row %d: attempt %d started", kind.name, row.id, row.attempts,
+                extra={"kind": kind.name, "row": row.id, "attempt": row.attempts},
+            )  # fmt: skip
+        began = time.monotonic()
+        try:
+            # Inside the try: a stop while the status is written gives the row back too.
+            await self.statuses.put(row.id, State.RUNNING, row.attempts, 0)
+            with watch:
+                if kind.is_async:
+                    returned = await call_async(kind, value, kwargs, timeout_s)
+                else:
+                    returned = await call_in_thread(kind, value, kwargs, timeout_s, execution)
+        except asyncio.CancelledError as cancelled:
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                error = cancelled  # raised by the run itself: a failure like any other
+            elif kind.is_async or not execution.thread_started or execution.done:
+                # The worker is shutting down past its grace: give the row back unrun.
+                given_back = Released(row.id, row.attempts, clock())
+                await asyncio.shield(
+                    self._end(Ending(kind, row, given_back, time.monotonic() - began))
+                )
+                raise
+            else:
+                # A thread cannot be stopped: the row stays running under its lease, so that
+                # nobody starts it again while the thread may still be at it.
+                raise
+        except KeyboardInterrupt:
+            if kind.is_async:
+                raise  # a Ctrl-C of this process, not the run's doing
+            error = KeyboardInterrupt("the run raised KeyboardInterrupt")
+        except BaseException as failure:
+            error = failure  # SystemExit and the like from a run end the attempt, not the worker
+        seconds = time.monotonic() - began
+        self.run_s = seconds if self.run_s is None else 0.8 * self.run_s + 0.2 * seconds
+        ended = clock()
+        # Overlap.SKIP: the next tick is computed from the clock when the run ends.
+        then = self.ticks.next_row(kind, row.run_at, ended) if hand_on_at_end else None
+        kept = self.keep and error is None
+        result = _result(kind, row, returned) if kept else None
+        # When the run began, as far back from its end as it really took (on a test's clock,
+        # which stands still, the clock alone would make every run take no time).
+        began_us = ended - int(seconds * 1_000_000)
+        end = outcome.decide(
+            kind, row, error, ended, then, keep=self.keep, started_us=began_us, result=result
+        )
+        ending = Ending(kind, row, end, seconds, error=error)
+        if kind.is_async:
+            free()
+            written = self.ends.submit(end) if hand_off and self.statuses.space is None else None
+            if written is not None:  # this task ends now: no task waits for the end
+                written.add_done_callback(functools.partial(self._written, ending))
+                return True
+        # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
+        # group, which writes it whatever happens to this task; only this process's
+        # bookkeeping of it (observers, status) is skipped.
+        try:
+            await self._end(ending)
+        finally:
+            task = asyncio.current_task()
+            if not kind.is_async and not (task is not None and task.cancelling()):
+                # A timed-out thread still running keeps its worker slot until it returns,
+                # even when recording its end failed.
+                await execution.wait()
+        return True
+
+    async def _end(self, ending: Ending) -> None:
+        """Write `ending`'s end, then tell the observers, the log and the status Space how it
+        went."""
+        late = functools.partial(self._recorded_late, ending)
+        applied = await self.ends.write(ending.kind.name, ending.row, ending.end, late)
+        await self._record(ending, applied)
+
+    def _written(self, ending: Ending, written: asyncio.Future[bool]) -> None:
+        """The group's answer for an end handed to it (`Ends.submit`), recorded at once. An end
+        the group could not write goes the whole way of `_end` in a background task that
+        serve's stop waits for, when that way may still write it (an outage it waits out, a
+        refusal of its error's text); otherwise it is left to its lease, as `_end` would."""
+        kind, row = ending.kind, ending.row
+        failure = None if written.cancelled() else written.exception()
+        if written.cancelled() or failure is not None:
+            if isinstance(failure, StoreUnavailable) or self.ends.could_write_plainer(ending.end):
+                self.ends.later(self._end_or_log(ending), retrying=True)
+                return
+            log.error(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+                exc_info=failure,
+            )  # fmt: skip
+            return
+        try:
+            self._tell(ending, written.result())
+        except Exception:
+            log.exception(
+                "%s row %d: its end was written, but telling the observers failed",
+                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+
+    async def _end_or_log(self, ending: Ending) -> None:
+        try:
+            await self._end(ending)
+        except Exception:
+            log.exception(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                ending.kind.name, ending.row.id,
+                extra={"kind": ending.kind.name, "row": ending.row.id},
+            )  # fmt: skip
+
+    def _recorded_late(self, ending: Ending, applied: bool) -> None:
+        """An end written after its row's task was cancelled: record it in a task of its own
+        (which serve's stop waits for)."""
+        self.ends.later(self._record(ending, applied))
+
+    async def _record(self, ending: Ending, applied: bool | None) -> None:
+        status = self._tell(ending, applied)
+        if status is not None:
+            await self.statuses.put(ending.row.id, *status)
+
+    def _tell(self, ending: Ending, applied: bool | None) -> tuple[State, int, int | None] | None:
+        """`tell` how `ending` went, with the run's last progress figure; the row's status now."""
+        progress = self.progress_of.pop(ending.row.id, None)
+        return tell(self.observers, self.wakeups, ending, applied, progress)
+
+    async def progress(self, row_id: int, n: int) -> None:
+        """Record `n` as the progress of `row_id`'s run, if it runs in this process and the
+        queue has a status Space; a no-op otherwise."""
+        if self.statuses.space is None or row_id not in self.busy:
+            return
+        self.progress_of[row_id] = n
+        current = await self.statuses.get(row_id)
+        state, attempts = (
+            (State.RUNNING, 0) if current is None else (current.state, current.attempts)
+        )
+        await self.statuses.put(row_id, state, attempts, n)
+
+
+def _result(kind: Kind, row: Claimed, value: object) -> bytes | None:
+    """The JSON of what a run returned, for its done row: None for None, for a value JSON cannot
+    carry, and for one over `RESULT_BYTES` (the row is kept all the same, and the log says why)."""
+    if value is None:
+        return None
+    try:
+        data = msgspec.json.encode(value)
+        data.decode()  # text every store keeps (no lone surrogates)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as error:
+        log.info(
+            "%s row %d: its run returned a %s, which JSON cannot carry (%s); the row keeps no "
+            "result",
+            kind.name, row.id, type(value).__name__, error,
+            extra={"kind": kind.name, "row": row.id},
+        )  # fmt: skip
+        return None
+    if len(data) > RESULT_BYTES:
+        log.info(
+            "%s row %d: its run returned %d bytes of JSON, over the %d a row keeps; the row "
+            "keeps no result",
+            kind.name, row.id, len(data), RESULT_BYTES, extra={"kind": kind.name, "row": row.id},
+        )  # fmt: skip
+        return None
+    return data

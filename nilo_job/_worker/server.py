@@ -1,0 +1,418 @@
+"""The server: `serve` and `serving`, the worker loop of one process.
+
+One claim loop per process, in a task of its own, claims due rows for the workers that are free
+(and, while runs are fast, a few more: claiming ahead), and puts them on the feed; `workers`
+long-lived worker tasks each take a row from the feed, which starts it in a task of its own
+(`Runner.execute`), and wait until its run frees them. With nothing due the loop sleeps
+`poll_ms`, or until a wake-up (`Wakeups`): a push, a row falling due, another process's NOTIFY.
+It follows the store's clock where the store has one. A stop gives back the rows claimed and not
+started (a claim being answered as the stop comes included), lets running rows finish for a
+grace period, then cancels them and gives their rows back unrun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+
+from .._clock import Clock, now_us
+from .._errors import Refusal
+from .._kinds import Kind
+from .._observers import Observers
+from .._process import worker
+from ..store.contract import Claimed, Store
+from .ends import Ends, released
+from .feed import Feed
+from .pauses import Pauses, served
+from .pruner import Pruner
+from .runner import Runner
+from .ticks import Ticks
+from .wakeups import Wakeup, Wakeups
+
+log = logging.getLogger("nilo_job")
+
+_CLOCK_EVERY_US = 60_000_000  # how often serve measures the store's clock again
+_SEED_EVERY_US = 60_000_000  # and seeds every schedule again (a tick row deleted by hand)
+_AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
+_AHEAD_MAX = 16  # and at most this many rows per worker
+_WAIT_MOST_S = 0.25  # a row claimed ahead and not started after this long is given back
+
+
+class Server:
+    """Serves one queue in this process.
+
+    Args:
+        store: the queue's store.
+        kinds: the queue's kinds by name (their timeouts decide whether a row claimed ahead
+            can still start).
+        clock: the queue's clock, which serve keeps in step with the store's.
+        workers: rows running at once.
+        poll_ms: the longest sleep with nothing due, in milliseconds.
+        lease_ms: the lease a claim takes, in milliseconds.
+        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
+        runner, ends, ticks, observers, wakeups: the queue's parts this drives.
+        pruner: deletes done rows past the queue's retention while serve runs (None: the queue
+            keeps none).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        kinds: dict[str, Kind],
+        clock: Clock,
+        workers: int,
+        poll_ms: int,
+        lease_ms: int,
+        timeout_ms: int,
+        runner: Runner,
+        ends: Ends,
+        ticks: Ticks,
+        observers: Observers,
+        wakeups: Wakeups,
+        pruner: Pruner | None = None,
+    ) -> None:
+        self.store = store
+        self.kinds = kinds
+        self.names = tuple(kinds)  # the kinds serve runs
+        self.pauses = Pauses(store, wakeups, poll_ms)  # and of those, the ones not paused
+        self.pruner = pruner
+        self.clock = clock
+        self.workers = workers
+        self.poll_ms = poll_ms
+        self.lease_ms = lease_ms
+        self.timeout_ms = timeout_ms
+        self.runner = runner
+        self.ends = ends
+        self.ticks = ticks
+        self.observers = observers
+        self.wakeups = wakeups
+        self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
+        # serve's context (each run gets a copy); the claim loop awaits a claim; serve stops.
+        self.context, self.claiming, self.stopping = contextvars.Context(), False, False
+
+    def alive(self) -> bool:
+        """False once serve was started and its task has ended; True otherwise."""
+        return self.task is None or not self.task.done()
+
+    async def serve(
+        self,
+        grace_ms: int,
+        ready: asyncio.Event | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> None:
+        """`Jobs.serve`; `ready` is set once pushes from this loop reach it (its wake-up exists).
+
+        Raises:
+            Refusal: serve already runs on this queue, or `kinds` names a kind it lacks.
+            StoreUnavailable: at start, the store cannot be reached or its table is not usable.
+        """
+        if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
+            raise Refusal(f"serve(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
+        if self.task is not None and not self.task.done():
+            raise Refusal("this job.Jobs is already serving: call serve() once per queue")
+        self.names = served(kinds, self.kinds)
+        await self.store.open()
+        await self.store.check()
+        await self.clock.follow(self.store.now_us)
+        self.pauses.serve(self.names)
+        self.pauses.set(await self.store.paused())
+        wakeup = self.wakeups.start(asyncio.get_running_loop())
+        if ready is not None:
+            ready.set()
+        try:
+            await self.ticks.seed_at(self.clock.now())  # its due times go to the wake-ups
+        except BaseException:
+            self.wakeups.stop()
+            raise
+        self.task = asyncio.current_task()
+        self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
+        feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start)
+        self.ends.start_grouping()
+        workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
+        helpers = [
+            asyncio.create_task(self.store.watch(self.wakeups.wake_at)),
+            asyncio.create_task(self.pauses.follow()),
+        ]
+        if self.pruner is not None:
+            helpers.append(asyncio.create_task(self.pruner.run()))
+        paused = [name for name in self.names if name not in self.pauses.claimable]
+        log.info(
+            "serving %s with %d workers%s", ", ".join(self.names), self.workers,
+            f" ({', '.join(paused)} paused)" if paused else "",
+        )  # fmt: skip
+        try:
+            await self._claims(feed, wakeup)
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            try:
+                await self._stop(feed, workers, grace_ms)
+            finally:
+                self.wakeups.feed = None
+                self.ends.group = None
+                await cancel_and_wait(helpers)
+                self.wakeups.stop()
+
+    @contextlib.asynccontextmanager
+    async def serving(
+        self, grace_ms: int, kinds: Sequence[str] | None = None
+    ) -> AsyncIterator[None]:
+        """`Jobs.serving`: serve in a task for the body of the block."""
+        # A store that cannot be reached, or a missing table, is raised here rather than lost
+        # in the background task.
+        await self.store.open()
+        await self.store.check()
+        ready = asyncio.Event()
+        served(kinds, self.kinds)  # a wrong name is refused here, not in the task
+        task = asyncio.create_task(self.serve(grace_ms, ready, kinds))
+        try:
+            # Into the block once serve hears this loop's pushes: a row pushed for later at
+            # once is then woken for when due, not found a poll later.
+            started = asyncio.ensure_future(ready.wait())
+            try:
+                await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                started.cancel()
+            if task.done():
+                task.result()  # serve failed as it started: its error, here
+            yield
+        finally:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this block itself was cancelled (a timeout around it, say)
+
+    async def _claims(self, feed: Feed, wakeup: Wakeup) -> None:
+        """Run the claim loop, which awaits each claim itself, in a task of its own until serve
+        is cancelled. A cancel during a claim lets its answer come (the store may finish it in
+        its own thread or on the server), and the loop gives those rows back unrun and ends; a
+        second cancel cuts that wait short, leaving them to their lease."""
+        loop = asyncio.get_running_loop()
+        claims = loop.create_task(self._claim_loop(feed, wakeup), context=self.context.copy())
+        try:
+            await asyncio.shield(claims)
+        except asyncio.CancelledError:
+            self.stopping = True
+            if not self.claiming:
+                claims.cancel()
+            try:
+                await asyncio.wait({claims})
+            finally:
+                await cancel_and_wait([claims])
+            raise
+
+    async def _claim_loop(self, feed: Feed, wakeup: Wakeup) -> None:
+        """Claim for the workers waiting on `feed`, hand the rows over, repeat.
+
+        While runs are fast it claims ahead (`_ahead`), and claims the next batch once half of
+        what waits is taken, so that workers seldom wait for a claim's round trip. With nothing
+        due it sleeps `poll_ms`, or until a wake-up.
+        """
+        poll_s = self.poll_ms / 1_000
+        seeded_at = self.clock.now()  # serve seeded as it started
+        while not self.stopping:
+            stop_if_cancelled()
+            wakeup.clear()
+            if feed.rows:
+                # Rows claimed ahead that no worker took in time (the workers are on long
+                # runs): back to the table, where another process can run them.
+                stale = feed.take_older(self.clock.now() - int(_WAIT_MOST_S * 1_000_000))
+                await self.ends.give_back([row for row, _claimed_at in stale])
+            ahead = self._ahead(feed)
+            waiting = len(feed.rows)
+            feed.low = ahead // 2
+            idle = len(feed.idle) - feed.promised  # a push may be claiming for the others
+            limit = idle + ahead - waiting
+            if limit <= 0 or (idle <= 0 and waiting > feed.low):
+                # Until a worker goes idle or takes rows (or, to be safe, the poll; sooner
+                # while rows wait here, to give back those that wait too long).
+                await wakeup.sleep(min(poll_s, _WAIT_MOST_S) if feed.rows else poll_s)
+                continue
+            if now_us() - self.clock.measured_at > _CLOCK_EVERY_US:
+                with contextlib.suppress(Exception):
+                    await self.clock.follow(self.store.now_us)
+            now = self.clock.now()
+            if self.ticks.scheduled and now - seeded_at > _SEED_EVERY_US:
+                seeded_at = now
+                await self._seed(now)
+            if not self.pauses.claimable:  # every kind served here is paused
+                await wakeup.sleep(poll_s)
+                continue
+            self.claiming = True
+            try:
+                rows = await self._claim(now, limit)
+            except Exception as error:
+                if self.stopping:
+                    return
+                log.error(
+                    "claim failed with %s: %s; asking again in %.1f s",
+                    type(error).__name__, error, poll_s,
+                    extra={"error": type(error).__name__},
+                )  # fmt: skip
+                await asyncio.sleep(poll_s)
+                continue
+            finally:
+                self.claiming = False
+            if self.stopping:  # serve was cancelled while the claim was answered
+                await self.ends.give_back(rows)
+                return
+            feed.put(rows, now)
+            if len(rows) < limit:
+                # Nothing more is due now: once the runs just started have begun (a turn of
+                # the loop), sleep until a push, a worker asks, a row this process knows of
+                # falls due, or the poll.
+                if rows:
+                    await asyncio.sleep(0)
+                await wakeup.sleep(self.wakeups.sleep_s(poll_s, now))
+
+    async def _seed(self, now: int) -> None:
+        """Keep every schedule seeded: a tick row deleted some other way (a cancel through the
+        table alone, by hand) comes back. The key makes it cheap: a schedule that has its row
+        writes nothing."""
+        try:
+            await self.ticks.seed_at(now)
+        except Exception as error:
+            log.warning("seeding the schedules again failed (%s); trying at the next minute", error)
+
+    async def _claim(self, now: int, limit: int) -> list[Claimed]:
+        """Up to `limit` rows due at `now` (µs), claimed for this process's workers."""
+        began = time.monotonic()
+        rows = await self.store.claim(
+            self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
+        )
+        if self.observers.all:
+            self.observers.claimed(rows, now, began)
+        return rows
+
+    def _ahead(self, feed: Feed) -> int:
+        """How many rows to claim beyond the free workers: as many as the workers would start
+        within `_AHEAD_S` at the runs' recent pace, at most `_AHEAD_MAX` per worker, and none
+        while runs are slow (a slow row waiting here is a row another process could run).
+
+        A worker whose run has gone on for longer than `_AHEAD_S` counts for none: it will not
+        start a row claimed ahead soon, whatever the pace of the others."""
+        pace = self.runner.run_s
+        if pace is None:
+            return 0
+        now = asyncio.get_running_loop().time()
+        long = sum(1 for since in feed.busy_since.values() if now - since > _AHEAD_S)
+        able = self.workers - long
+        if able <= 0:
+            return 0
+        return min(able * _AHEAD_MAX, int(able * _AHEAD_S / max(pace, 1e-6)))
+
+    async def _worker(self, feed: Feed) -> None:
+        """One of serve's `workers`: take a claimed row from `feed` (which starts it), wait
+        until its run frees this worker, repeat, until the feed is closed."""
+        while True:
+            taken = await feed.get()
+            if taken is None:
+                return
+            row, _claimed_at, freed = taken
+            if freed is None:  # it waited here too long to run under its lease
+                with contextlib.suppress(Exception):
+                    await self.ends.write(row.kind, row, released(row))
+                continue
+            try:
+                await freed
+            finally:
+                del feed.busy_since[freed]
+
+    def _start(
+        self, row: Claimed, claimed_at: int, free: Callable[[], None]
+    ) -> asyncio.Task[None] | None:
+        """Start `row` (claimed at `claimed_at`, µs) in a task of its own, in a copy of serve's
+        context (not the caller's: a push hands its row over here), which calls `free()` once
+        the row no longer needs its worker; None when its wait plus its kind's timeout no longer
+        fit in its lease (another worker might take it while it ran)."""
+        kind = self.kinds[row.kind]
+        timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
+        if self.clock.now() - claimed_at >= self.lease_ms * 1_000 - timeout_us:
+            return None
+        loop = asyncio.get_running_loop()
+        return loop.create_task(self._execute(row, free), context=self.context.copy())
+
+    async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
+        try:
+            await self.runner.execute(row, self.clock.now, free, hand_off=True)
+        except Exception:
+            # A status space or store failing beyond the runner: the row runs after its lease.
+            log.exception(
+                "%s row %d: its run could not be recorded; it runs again after its lease",
+                row.kind, row.id, extra={"kind": row.kind, "row": row.id},
+            )  # fmt: skip
+
+    async def _stop(self, feed: Feed, workers: Sequence[asyncio.Task[None]], grace_ms: int) -> None:
+        """Stop: rows claimed ahead go back unrun; running rows may finish (and write their
+        ends) for `grace_ms`, then are cancelled (their rows are given back).
+
+        A second cancel during the grace period ends it at once.
+        """
+        feed.close()
+        await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        if feed.tasks:
+            log.info(
+                "stopping: %d rows still running, waiting up to %d ms", len(feed.tasks), grace_ms
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_ms / 1_000
+        task = asyncio.current_task()
+        # A second cancel that came before the grace began (while a claim was being undone).
+        interrupted = task is not None and task.cancelling() > 1
+        try:
+            if interrupted:
+                raise asyncio.CancelledError
+            # Workers leave once their row's run is over (a row handed over as the feed closed
+            # included); then the rows' tasks finish writing their ends, and the ends tried
+            # again through an outage.
+            await asyncio.wait(workers, timeout=grace_ms / 1_000)
+            for tasks in (feed.tasks, self.ends.retrying):
+                if tasks:
+                    await asyncio.wait(set(tasks), timeout=max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError:
+            interrupted = True
+        late = set(feed.tasks)
+        if late:
+            log.warning("cancelled %d runs past the grace period; their rows are queued again",
+                        len(late))  # fmt: skip
+        await cancel_and_wait([*late, *workers, *self.ends.retrying])
+        # A row a cancelled worker had just been handed.
+        await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        await self.ends.stop_grouping()
+        await cancel_and_wait(list(self.ends.retrying))  # the last groups': left to the lease
+        await self.ends.settled()  # the observers and status of ends written just now
+        if interrupted:
+            raise asyncio.CancelledError
+
+
+AGAIN_S = 0.05  # how long `cancel_and_wait` gives a task before it cancels it once more
+
+
+def stop_if_cancelled() -> None:
+    """Raise `asyncio.CancelledError` when the running task was asked to stop and is still
+    going (a library in between swallowed the cancel); for the top of a background loop."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait until every one has ended, cancelling again each `AGAIN_S`
+    seconds any that carries on; what they raised is not raised here."""
+    tasks = list(tasks)
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=AGAIN_S)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: no "exception was never retrieved" at exit

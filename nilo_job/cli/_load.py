@@ -1,0 +1,83 @@
+"""Finding the queue a command names: `module:attr`, imported as uvicorn imports an app.
+
+The command line's worker, check and operator commands, and the dashboard's command, all start
+from here. Every failure is a `click.ClickException` with one sentence, never a traceback from
+inside the library; a queue that cannot be built is a `Refused`, which keeps the `Refusal` so
+that `nilo-job check` can look further.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from .._errors import Refusal
+from .._jobs import Jobs
+
+
+class Refused(click.ClickException):
+    """The target's queue could not be built: `refusal` is what `job.Jobs(...)` (or the module
+    building it) raised, `said` the sentence's start naming the target."""
+
+    def __init__(self, said: str, refusal: Refusal) -> None:
+        super().__init__(f"{said}: {refusal}")
+        self.said = said
+        self.refusal = refusal
+
+
+def load(target: str, *, command: str | None = None) -> Jobs:
+    """The `job.Jobs` that `module:attr` names.
+
+    Args:
+        target: `module:attr`, naming a queue or a function of no arguments returning one.
+        command: the command that needs the queue itself (its kinds), named in the sentence
+            that refuses a database URL; None for a command that takes a URL elsewhere.
+
+    Raises:
+        click.ClickException: the target is a database URL, malformed, cannot be imported, or
+            is not a queue; a `Refusal` raised while the module builds its queue is a
+            `Refused`, shown as its sentence.
+    """
+    if "://" in target:
+        who = f"`nilo-job {command}`" if command else "this command"
+        raise click.ClickException(
+            f"{target} is a database URL, but {who} needs the queue's kinds: pass module:attr "
+            "naming your job.Jobs (or a function returning one), like myapp.jobs:jobs"
+        )
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.ClickException(f"{target!r}: write module:attr, like myapp.jobs:jobs")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except Refusal as refusal:
+        raise Refused(f"{module_name} defines a queue that cannot work", refusal) from None
+    except ImportError as error:
+        raise click.ClickException(f"cannot import {module_name}: {error}") from None
+    except Exception:
+        raise click.ClickException(
+            f"importing {module_name} raised:\n{traceback.format_exc(limit=-3)}"
+        ) from None
+    value = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise click.ClickException(f"{module_name} has no attribute {attr}")
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, Jobs):
+        try:
+            value = value()
+        except Refusal as refusal:
+            raise Refused(f"{target} builds a queue that cannot work", refusal) from None
+        except Exception:
+            raise click.ClickException(
+                f"calling {target} raised:\n{traceback.format_exc(limit=-3)}"
+            ) from None
+    if not isinstance(value, Jobs):
+        raise click.ClickException(f"{target} is a {type(value).__name__}, not a job.Jobs")
+    return value

@@ -1,0 +1,197 @@
+"""What an operator command works on: a queue (`module:attr`) or only its table (a database URL),
+opened, run on an event loop of its own, and closed.
+
+With a queue every call goes through its public API, so a status Space hears of a retry and a
+pause is checked against the queue's kinds. With a URL there are no kinds: the calls go to the
+store through the same operator code the queue uses (batches of 500 rows per transaction), with
+an empty set of kinds, and a pause is accepted for any kind name, since it is only a row in
+`nilo_jobs_paused`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+from .._clock import Clock, now_us
+from .._errors import JobError, Refusal
+from .._jobs import Jobs
+from .._jobs import dead as dead_value
+from .._kinds import name_problem
+from .._observers import Observers
+from .._operator import Operator
+from .._spaces import Statuses
+from .._types import Dead, Found, Row, Stats, Where
+from .._worker.ticks import Ticks
+from .._worker.wakeups import Wakeups
+from ..store._table import Table
+from ..store.contract import Store
+from ._load import load
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Target:
+    """A queue (`jobs`) or its table alone (`jobs` None), and the calls the commands make on it."""
+
+    store: Store
+    jobs: Jobs | None
+    _operator: Operator | None = field(default=None, repr=False)
+
+    @property
+    def kind_names(self) -> tuple[str, ...] | None:
+        """The queue's kind names, or None for a table alone (its kinds are unknown)."""
+        return None if self.jobs is None else tuple(kind.name for kind in self.jobs.kinds)
+
+    async def _table(self) -> Operator:
+        """The operator calls over the table alone, on the database's clock where it has one."""
+        if self._operator is None:
+            clock = Clock()
+            await clock.follow(self.store.now_us)
+            wakeups = Wakeups(clock)
+            self._operator = Operator(
+                store=self.store,
+                clock=clock,
+                kinds={},
+                statuses=Statuses(None),
+                ticks=Ticks((), self.store, Observers(), wakeups),
+                wakeups=wakeups,
+                paused=lambda _paused: None,
+            )
+        return self._operator
+
+    async def stats(self) -> Stats:
+        """The counts by state."""
+        return await (self.jobs or self.store).stats()
+
+    async def paused(self) -> dict[str, int]:
+        """The paused kinds, each with when it was paused (µs)."""
+        return await self.store.paused()
+
+    async def dead_ones(self, limit: int) -> list[Dead]:
+        """The dead rows, newest first."""
+        if self.jobs is not None:
+            return await self.jobs.dead_ones(limit)
+        return [dead_value(row) for row in await self.store.dead_ones(limit)]
+
+    async def row(self, row_id: int) -> Row | None:
+        """Row `row_id`'s whole story, or None."""
+        if self.jobs is not None:
+            return await self.jobs.row(row_id)
+        return await (await self._table()).row(row_id)
+
+    async def find(self, where: Where, after: str | None, limit: int) -> Found:
+        """A page of the rows that match `where`."""
+        if self.jobs is not None:
+            return await self.jobs.find(where, after=after, limit=limit)
+        return await (await self._table()).find(where, after, limit)
+
+    async def count(self, where: Where) -> int:
+        """How many rows match `where`."""
+        if self.jobs is not None:
+            return await self.jobs.count(where)
+        return await (await self._table()).count(where)
+
+    async def act(self, verb: str, rows: Sequence[int] | Where) -> int:
+        """`retry_many`, `cancel_many` or `delete_many` (by `verb`); how many rows changed."""
+        if self.jobs is not None:
+            calls = {
+                "retry": self.jobs.retry_many,
+                "cancel": self.jobs.cancel_many,
+                "delete": self.jobs.delete_many,
+            }
+            return await calls[verb](rows)
+        table = await self._table()
+        acts = {
+            "retry": table.retry_many,
+            "cancel": table.cancel_many,
+            "delete": table.delete_many,
+        }
+        return await acts[verb](rows, None)
+
+    async def pause(self, kind: str) -> bool:
+        """Pause `kind`; False when it was paused already."""
+        if self.jobs is not None:
+            return await self.jobs.pause(kind)
+        _check_name(kind)
+        theirs = await self.store.now_us()
+        return await self.store.pause(kind, now_us() if theirs is None else theirs)
+
+    async def resume(self, kind: str) -> bool:
+        """Resume `kind`; False when it was not paused."""
+        if self.jobs is not None:
+            return await self.jobs.resume(kind)
+        _check_name(kind)
+        return await self.store.resume(kind)
+
+    async def kinds_in_table(self) -> set[str]:
+        """The kinds that have rows in the table, of any state."""
+        return {kind for kind, _state in await self.store.counts()}
+
+
+def _check_name(kind: str) -> None:
+    problem = name_problem(kind)
+    if problem is not None or not kind:
+        raise Refusal(f"{kind!r} cannot be a kind's name: {problem or 'it is empty'}")
+
+
+def open_target(target: str, *, create: bool = False) -> Target:
+    """The queue or table that TARGET names: a database URL (with `://`) or `module:attr`.
+
+    Args:
+        target: `sqlite:///app.db`, `postgresql://user@host/db`, or `module:attr`.
+        create: a SQLite file that does not exist may be created (`migrate`); otherwise it is
+            an error, so that a mistyped path is said rather than made into an empty database.
+
+    Raises:
+        click.ClickException: the URL is not a database nilo-job can use, the SQLite file is
+            missing, or `module:attr` does not name a queue (see `load`).
+    """
+    if "://" not in target:
+        jobs = load(target)
+        return Target(jobs.store, jobs)
+    if target.startswith("sqlite:") and not create:
+        from ..store.sqlite.store import path_from_url
+
+        try:
+            path = path_from_url(target)
+        except Refusal as refusal:
+            raise click.ClickException(str(refusal)) from None
+        if not Path(path).is_file():
+            raise click.ClickException(
+                f"there is no SQLite database at {path}: check the path (sqlite:///relative.db, "
+                "sqlite:////absolute.db), or create it with `nilo-job migrate`"
+            )
+    try:
+        return Target(Table(target), None)
+    except Refusal as refusal:
+        raise click.ClickException(str(refusal)) from None
+
+
+def run_on(target: Target, work: Callable[[Target], Awaitable[T]], *, check: bool = True) -> T:
+    """`work(target)` on an event loop of its own, the table checked first, the store closed
+    after.
+
+    Raises:
+        click.ClickException: the store cannot be reached, the table is missing or not
+            nilo-job's (`JobError`), or a call was refused (`Refusal`), with the sentence.
+    """
+
+    async def run() -> T:
+        try:
+            if check:
+                await target.store.check()
+            return await work(target)
+        finally:
+            await target.store.close()
+
+    try:
+        return asyncio.run(run())
+    except (JobError, Refusal) as error:
+        raise click.ClickException(str(error)) from None

@@ -1,0 +1,146 @@
+"""`nilo-job worker module:attr`: the queue's workers in a process of their own, until SIGTERM or
+SIGINT, for all its kinds or only those `--kinds` names, on uvloop when it is installed
+(`pip install 'nilo-job[fast]'`) unless `--loop asyncio` (or `NILO_JOB_LOOP=asyncio`) says not."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+from collections.abc import Callable, Sequence
+
+import click
+
+from .._errors import JobError, Refusal
+from .._jobs import Jobs
+from ._load import load
+
+
+def kind_list(given: Sequence[str]) -> list[str] | None:
+    """The kind names of `--kinds a,b --kinds c` in order, each once; None when none given."""
+    names = [name.strip() for value in given for name in value.split(",")]
+    names = list(dict.fromkeys(name for name in names if name))
+    return names or None
+
+
+@click.command(short_help="Run the queue's workers until SIGTERM or SIGINT.")
+@click.argument("target")
+@click.option(
+    "--workers", type=click.IntRange(min=1), help="Rows running at once (default: the queue's)."
+)
+@click.option(
+    "--grace-ms",
+    type=click.IntRange(min=0),
+    default=30_000,
+    show_default=True,
+    help="On SIGTERM/SIGINT, how long running rows may finish before they are cancelled.",
+)
+@click.option(
+    "--kinds",
+    "kinds",
+    multiple=True,
+    metavar="A,B",
+    help="Run only these kinds (names, comma-separated or the option repeated); default: all.",
+)
+@click.option(
+    "--loop",
+    type=click.Choice(["auto", "uvloop", "asyncio"]),
+    default="auto",
+    show_default=True,
+    envvar="NILO_JOB_LOOP",
+    help="The event loop: uvloop when installed (auto), uvloop or else an error, or asyncio's "
+    "own. Also NILO_JOB_LOOP.",
+)
+def worker(
+    target: str, workers: int | None, grace_ms: int, kinds: tuple[str, ...], loop: str
+) -> None:
+    """Run the workers of the queue TARGET (module:attr) until SIGTERM or SIGINT.
+
+    On the first signal it stops claiming, lets running rows finish for --grace-ms, then cancels
+    them and queues their rows again; a second signal ends the grace period at once.
+    """
+    factory, said = loop_choice(loop)
+    # A signal that arrives while the target is still importing stops the worker before it
+    # claims anything, rather than killing it with the default handler.
+    early: list[int] = []
+    previous = {
+        signum: signal.signal(signum, lambda received, _frame: early.append(received))
+        for signum in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        jobs = load(target, command="worker")
+        names = kind_list(kinds)
+        _check_kinds(target, jobs, names)
+    except BaseException:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        raise
+    if workers is not None:
+        jobs.workers = workers
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(_work(jobs, grace_ms, names, early, said))
+    except (JobError, Refusal) as error:
+        raise click.ClickException(str(error)) from None
+
+
+def loop_choice(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The loop factory for `--loop` (`auto`, `uvloop` or `asyncio`; None: asyncio's own), and
+    the sentence the worker logs about it.
+
+    Raises:
+        click.ClickException: `uvloop` was asked for and is not installed.
+    """
+    if choice == "asyncio":
+        return None, "asyncio's own (--loop asyncio)"
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        if choice == "uvloop":
+            raise click.ClickException(
+                "--loop uvloop: uvloop is not installed: pip install 'nilo-job[fast]'"
+            ) from None
+        return None, "asyncio's own (uvloop is not installed: pip install 'nilo-job[fast]')"
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory, f"uvloop {uvloop.__version__}"
+
+
+def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
+    known = [kind.name for kind in jobs.kinds]
+    unknown = [name for name in names or () if name not in known]
+    if unknown:
+        raise click.ClickException(
+            f"{target} has no kind {', '.join(unknown)}: its kinds are {', '.join(known)}"
+        )
+
+
+async def _work(
+    jobs: Jobs, grace_ms: int, kinds: list[str] | None, early: list[int], said: str
+) -> None:
+    loop = asyncio.get_running_loop()
+    logging.getLogger("nilo_job").info("event loop: %s", said)
+    task = asyncio.create_task(jobs.serve(grace_ms=grace_ms, kinds=kinds))
+    signals = 0
+
+    def stop(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        name = signal.Signals(signum).name
+        if signals == 1:
+            logging.getLogger("nilo_job").info("%s: stopping after running rows finish", name)
+        else:
+            logging.getLogger("nilo_job").info("%s again: cancelling running rows now", name)
+        task.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    for received in early:
+        stop(received)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if signals == 0:
+            raise
+    finally:
+        await jobs.store.close()

@@ -1,0 +1,190 @@
+"""A Django task backend's `OPTIONS`, read once: where the table is, how a task is retried, how
+long it may run, and the queue's own settings.
+
+Django is imported only inside the functions here, so the module imports on any Django (and
+without one).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote, urlencode, urlsplit
+
+from .._errors import Refusal
+from .._types import Exponential, Fixed, Retry
+
+KNOWN = ("store", "database", "retry", "timeout_ms", "workers", "poll_ms", "retention_ms")
+"""The option names this backend reads."""
+
+_LIBPQ = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name")
+"""The keys of a PostgreSQL database's Django `OPTIONS` that go into the store's URL."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What a backend's `OPTIONS` say.
+
+    `store` is the table's URL; `database` the Django database alias whose transactions an
+    enqueue joins, or None when the table is in another database; `retry` and `timeout_ms` (ms,
+    None: the queue's 60,000) apply to every task of the backend; `queue` holds the keyword
+    arguments of `job.Jobs` given (`workers`, `poll_ms`, `retention_ms`).
+    """
+
+    store: str
+    database: str | None
+    retry: Retry
+    timeout_ms: int | None
+    queue: dict[str, int]
+
+
+def read(alias: str, options: Mapping[str, Any]) -> Options:
+    """The backend `alias`'s `OPTIONS`, checked.
+
+    Raises:
+        Refusal: an unknown option, a value of the wrong type, a database alias Django does not
+            have, or a database engine other than SQLite and PostgreSQL with no `store` given.
+    """
+    where = f"TASKS[{alias!r}]['OPTIONS']"
+    if not isinstance(options, Mapping):
+        raise Refusal(f"{where} must be a dict, not {type(options).__name__}")
+    unknown = sorted(str(name) for name in options if name not in KNOWN)
+    if unknown:
+        raise Refusal(
+            f"{where} has no option {', '.join(unknown)}: the options are {', '.join(KNOWN)}"
+        )
+    database = options.get("database", "default")
+    if not isinstance(database, str) or not database:
+        raise Refusal(f"{where}['database'] must name a database of DATABASES, like 'default'")
+    derived = django_database_url(alias, database)
+    store = options.get("store")
+    if store is None:
+        joined: str | None = database
+        store = derived
+    elif not isinstance(store, str):
+        raise Refusal(
+            f"{where}['store'] must be a URL (sqlite:///db.sqlite3, postgresql://…), "
+            f"not {type(store).__name__}"
+        )
+    else:
+        joined = database if derived is not None and same_database(store, derived) else None
+    if store is None:
+        raise Refusal(
+            f"DATABASES[{database!r}] is neither SQLite nor PostgreSQL, where nilo-job keeps its "
+            f"table: set {where}['store'] to a sqlite:/// or postgresql:// URL"
+        )
+    timeout_ms = options.get("timeout_ms")
+    if timeout_ms is not None:
+        _positive(f"{where}['timeout_ms']", timeout_ms)
+    queue: dict[str, int] = {}
+    for name in ("workers", "poll_ms", "retention_ms"):
+        if name in options:
+            queue[name] = options[name]  # job.Jobs refuses a bad value with its own sentence
+    return Options(
+        store=store,
+        database=joined,
+        retry=retry_of(where, options.get("retry")),
+        timeout_ms=timeout_ms,
+        queue=queue,
+    )
+
+
+def retry_of(where: str, given: object) -> Retry:
+    """The `job.Retry` that `OPTIONS['retry']` says: None (no retry), a `job.Retry`, or a dict
+    `{"times": n}` with `"backoff_ms": m` (a fixed wait) or `"from_ms"`/`"to_ms"` (doubling).
+
+    Raises:
+        Refusal: any other value or key, or a number out of range.
+    """
+    if given is None:
+        return Retry.NONE
+    if isinstance(given, Retry):
+        return given
+    said = (
+        f"{where}['retry'] must be a dict like {{'times': 3, 'backoff_ms': 1000}} or "
+        "{'times': 3, 'from_ms': 1000, 'to_ms': 60000}, or a job.Retry"
+    )
+    if not isinstance(given, Mapping):
+        raise Refusal(f"{said}, not {type(given).__name__}")
+    keys = set(given)
+    if "times" not in keys or not keys <= {"times", "backoff_ms", "from_ms", "to_ms"}:
+        raise Refusal(f"{said}; got the keys {', '.join(sorted(map(str, keys))) or 'none'}")
+    times = given["times"]
+    if "backoff_ms" in keys:
+        if keys & {"from_ms", "to_ms"}:
+            raise Refusal(f"{said}: backoff_ms, or from_ms and to_ms, not both")
+        return Retry(times=times, backoff=Fixed(ms=given["backoff_ms"]))
+    if keys & {"from_ms", "to_ms"}:
+        if not {"from_ms", "to_ms"} <= keys:
+            raise Refusal(f"{said}: from_ms and to_ms go together")
+        return Retry(
+            times=times, backoff=Exponential(from_ms=given["from_ms"], to_ms=given["to_ms"])
+        )
+    return Retry(times=times)
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise Refusal(f"{name} must be a positive int of milliseconds, not {value!r}")
+
+
+def django_database_url(alias: str, database: str) -> str | None:
+    """The URL of the Django database `database` as a nilo-job store: `sqlite:////abs/path` for
+    SQLite's `NAME`, `postgresql://USER:PASSWORD@HOST:PORT/NAME` (with `sslmode` and the like
+    from its `OPTIONS`) for PostgreSQL; None for another engine.
+
+    Raises:
+        Refusal: `database` is not in DATABASES, or is an in-memory SQLite database, which a
+            worker process cannot share.
+    """
+    from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
+
+    databases: Mapping[str, Mapping[str, Any]] = settings.DATABASES
+    if database not in databases:
+        raise Refusal(
+            f"TASKS[{alias!r}]['OPTIONS']['database'] is {database!r}, which DATABASES does not "
+            f"have: it has {', '.join(map(repr, databases)) or 'none'}"
+        )
+    db = databases[database]
+    engine = str(db.get("ENGINE", ""))
+    if engine.endswith(".sqlite3"):
+        name = str(db.get("NAME", ""))
+        if not name or name == ":memory:" or name.startswith("file:") or "mode=memory" in name:
+            raise Refusal(
+                f"DATABASES[{database!r}] is an in-memory SQLite database, which no worker "
+                "process can share: give it a file NAME, or set OPTIONS['store']"
+            )
+        return "sqlite:///" + os.path.abspath(name)
+    if engine.endswith((".postgresql", ".postgis")):
+        user = quote(str(db.get("USER") or ""), safe="")
+        password = quote(str(db.get("PASSWORD") or ""), safe="")
+        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+        host = str(db.get("HOST") or "")
+        netloc = auth + (f"[{host}]" if ":" in host else quote(host, safe="/"))
+        if db.get("PORT"):
+            netloc += f":{db['PORT']}"
+        extra = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in _LIBPQ}
+        query = f"?{urlencode(extra)}" if extra else ""
+        return f"postgresql://{netloc}/{quote(str(db.get('NAME') or ''), safe='')}{query}"
+    return None
+
+
+def same_database(url: str, other: str) -> bool:
+    """Whether the store URLs `url` and `other` name one database: one SQLite file (by its
+    absolute path), or one PostgreSQL host, port and database name."""
+    if url.startswith("sqlite:///") and other.startswith("sqlite:///"):
+
+        def path(u: str) -> str:
+            return os.path.realpath(u.removeprefix("sqlite:///").split("?", 1)[0])
+
+        return path(url) == path(other)
+    if url.startswith(("postgresql://", "postgres://")) and other.startswith("postgresql://"):
+        a, b = urlsplit(url), urlsplit(other)
+
+        def where(u: Any) -> tuple[str, int, str]:
+            return (u.hostname or "localhost", u.port or 5432, unquote(u.path.lstrip("/")))
+
+        return where(a) == where(b)
+    return False

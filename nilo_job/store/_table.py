@@ -1,0 +1,45 @@
+"""`job.Table(...)`: the queue's table in the database you already have, chosen by its URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import Refusal
+from .contract import Store
+
+
+def Table(target: object, **options: Any) -> Store:
+    """The `nilo_jobs` table in your database, as a store for `job.Jobs(store=...)`.
+
+    Args:
+        target: `"sqlite:///relative.db"`, `"sqlite:////absolute.db"`, `"sqlite:///:memory:"`,
+            `"postgresql://user@host/db"`, or a `psycopg_pool.AsyncConnectionPool` of yours.
+        **options: passed to the store (SQLite: `busy_timeout_ms`, `synchronous`; PostgreSQL:
+            `max_size`, and behind PgBouncer in transaction mode `pooler=True` with
+            `listen_url="postgresql://…direct…"`, see docs/pgbouncer.md).
+
+    Returns:
+        A store; `await table.create_missing()` creates the table, `await table.check()` checks it.
+
+    Raises:
+        Refusal: the target is not a database this version can hold a queue in.
+    """
+    if isinstance(target, str) and target.startswith("sqlite:"):
+        from .sqlite.store import SqliteTable, path_from_url
+
+        return SqliteTable(path_from_url(target), **options)
+    postgres = isinstance(target, str) and target.startswith(("postgresql:", "postgres:"))
+    if postgres or type(target).__module__.startswith("psycopg_pool"):
+        try:
+            from .postgres.store import PostgresTable
+        except ImportError as error:
+            raise Refusal(
+                f"job.Table on PostgreSQL needs psycopg 3 and psycopg_pool ({error}): "
+                "pip install 'nilo-job[postgres]'"
+            ) from None
+        return PostgresTable(target, **options)  # type: ignore[arg-type]
+    raise Refusal(
+        f"job.Table({target!r}): pass a URL, 'sqlite:///app.db' (relative), "
+        "'sqlite:////var/lib/app.db' (absolute) or 'postgresql://user@host/db', or a "
+        "psycopg_pool.AsyncConnectionPool"
+    )

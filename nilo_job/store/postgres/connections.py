@@ -1,0 +1,420 @@
+"""PostgreSQL connections: the store's pools, the connections it keeps beside them, and forks.
+
+`Connections` is where every statement of the PostgreSQL store finds its connection. A store
+opened from a URL has
+
+- the ordinary pool, for pushes, cancels, retries of dead rows and reads; they commit durably;
+- the workers' pool, for claims and ends, whose sessions commit with `synchronous_commit = off`
+  (losing one of those to a server crash can only make a row run again, which at-least-once
+  allows) and turn bitmap scans off (a claim walks `nilo_jobs_due` in order and stops after
+  `limit` rows; on a table not yet analysed the planner may otherwise fetch every due row and
+  sort them, once per claim);
+- three connections kept beside the pools (`Kept`): for one-row pushes, for serve's claims and
+  for serve's groups of ends, calls that come one at a time and then skip the pool's checkout
+  and return;
+- while serve runs, one connection that listens for other processes' pushes (`listen`).
+
+A store over an application's own pool opens no connection of its own: every statement checks
+one out of that pool (claims and ends then commit durably, since a session setting would outlive
+the checkout), and serve's listener holds one of the pool's connections while it runs. After a
+fork, the parent's pools and connections are replaced before anything reads them.
+
+Behind a pooler in transaction mode (`pooler=True`, see `pooler`) nothing relies on a
+session: no statement is prepared on the server, the workers' settings are taken by each claim's
+and end's transaction, and LISTEN goes to the direct `listen_url`, or nowhere (the poll finds
+every row).
+
+Every connection has a bounded connect time: `connect_timeout` from the URL, or 10 s. A server
+that cannot be reached within it, and the driver's errors that mean the table is missing or
+older than this version, are `StoreUnavailable` with a sentence naming the server.
+
+(A little over 400 lines: `Kept` opens its connection with this module's `connect` and says its
+errors with `unavailable`, so it stays beside `Connections`.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal
+
+import psycopg
+from psycopg import errors, pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..._errors import StoreUnavailable
+from ..._process import pid
+from .. import _schema
+from .pooler import WORK_LOCAL, with_work_settings
+
+DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+"""The driver's exceptions that mean the server cannot be reached (or the pool gave up)."""
+
+CONNECT_TIMEOUT_S = 10
+"""How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
+
+_WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
+
+Use = Literal["push", "claim", "end"]
+"""What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
+USES: tuple[Use, ...] = ("push", "claim", "end")
+
+Statement = Callable[[psycopg.AsyncCursor[Any]], Awaitable[Any]]
+"""One statement that commits on its own, run on a cursor: a kept connection's own cursor,
+made once (a new cursor copies the connection's adapters, about a twentieth of a push)."""
+
+
+def where(conninfo: str) -> str:
+    """`host:port/dbname` of a connection string, for sentences (never its password); the
+    string itself, cut, when it cannot be read."""
+    try:
+        shown = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return conninfo.split("@")[-1][:80]
+    port = f":{shown['port']}" if shown.get("port") else ""
+    return f"{shown.get('host', '')}{port}/{shown.get('dbname', '')}"
+
+
+def with_timeout(conninfo: str) -> tuple[str, float]:
+    """`conninfo` with a connect timeout (the URL's own, or `CONNECT_TIMEOUT_S`), and that
+    timeout in seconds."""
+    given = conninfo_to_dict(conninfo).get("connect_timeout")
+    if given is None:
+        return make_conninfo(conninfo, connect_timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S
+    try:
+        return conninfo, max(2.0, float(given))  # libpq waits 2 s at the least
+    except ValueError:
+        return conninfo, CONNECT_TIMEOUT_S
+
+
+class Connections:
+    """The connections of one PostgreSQL store.
+
+    Args:
+        conninfo: the connection string.
+        pool: the application's own pool, or None for pools of the store's own.
+        max_size: the most connections the store's own ordinary pool opens.
+        target: the URL `nilo-job migrate` is given for this database, for sentences.
+        pooler: `conninfo` reaches the server through a pooler in transaction mode.
+        listen_url: where LISTEN connects (a direct URL), or None: `conninfo` itself, or (with
+            `pooler`) nowhere.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        pool: AsyncConnectionPool[Any] | None,
+        max_size: int,
+        target: str,
+        *,
+        pooler: bool = False,
+        listen_url: str | None = None,
+    ) -> None:
+        self.conninfo, self.timeout_s = with_timeout(conninfo)
+        self.where = where(conninfo)
+        self.target = target
+        self.pool = pool
+        self.owns_pool = pool is None
+        self.kwargs: dict[str, Any] = {}
+        if pool is not None and isinstance(pool.kwargs, dict):
+            self.kwargs = {k: v for k, v in pool.kwargs.items() if k != "autocommit"}
+        self.max_size = max_size
+        self.pooler = pooler
+        self.plain: dict[str, Any] = {"prepare_threshold": None} if pooler else {}
+        self.work = self.plain if pooler else {"options": _WORK}
+        self.listen_to = None if listen_url is None else with_timeout(listen_url)[0]
+        self.listens = listen_url is not None or not pooler
+        self.work_pool: AsyncConnectionPool[Any] | None = None
+        self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # id(own pool) -> its loop
+        self.opening: asyncio.Lock | None = None
+        self.kept = self._new_kept()
+        self.pid = pid()
+
+    def listening_where(self) -> str | None:
+        """`host:port/dbname` where serve listens for other processes' pushes; None: nowhere."""
+        if not self.listens:
+            return None
+        return where(self.listen_to or self.conninfo)
+
+    def unavailable(self, error: Exception) -> StoreUnavailable:
+        """`error` from the driver as the store's error, with a sentence."""
+        if isinstance(error, errors.UndefinedTable):
+            return _schema.no_table(self.where, self.target)
+        if isinstance(error, errors.UndefinedColumn):
+            return _schema.older(self.where, self.target, "1 or another older one")
+        if isinstance(error, PoolTimeout):
+            return StoreUnavailable(
+                f"PostgreSQL at {self.where}: no connection could be had within "
+                f"{self.timeout_s:g} s ({error})"
+            )
+        return StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {error}")
+
+    async def connect(
+        self, conninfo: str | None = None, **options: Any
+    ) -> psycopg.AsyncConnection[Any]:
+        """A new connection in autocommit to `conninfo` (default: the store's), within the
+        connect timeout.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached in time.
+        """
+        at = self.where if conninfo is None else where(conninfo)
+        try:
+            async with asyncio.timeout(self.timeout_s + 1):
+                return await psycopg.AsyncConnection.connect(
+                    conninfo or self.conninfo, autocommit=True, **options
+                )
+        except TimeoutError as error:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {at}: no answer within {self.timeout_s:g} s"
+            ) from error
+        except DOWN as error:
+            if conninfo is not None:
+                raise StoreUnavailable(f"cannot reach PostgreSQL at {at}: {error}") from error
+            raise self.unavailable(error) from error
+
+    async def get_pool(self, *, work: bool = False) -> AsyncConnectionPool[Any]:
+        """The ordinary pool, or (`work`) the workers' own (the application's pool, when the
+        store was given one); opened on first use.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        if self.pid != pid():
+            # A forked child: the parent's pools and their connections are not ours.
+            self.pid, self.work_pool, self.opening, self.loops = pid(), None, None, {}
+            self.kept = self._new_kept()
+            if self.owns_pool:
+                self.pool = None
+        work = work and self.owns_pool
+        current = self.work_pool if work else self.pool
+        if current is not None and not current.closed:
+            return current
+        if self.opening is None:
+            self.opening = asyncio.Lock()
+        async with self.opening:
+            if work and (self.work_pool is None or self.work_pool.closed):
+                self.work_pool = await self._open_pool("nilo-job-work", 4, self.work)
+            if not work and (self.pool is None or self.pool.closed):
+                self.pool = await self._open_pool("nilo-job", self.max_size, self.plain)
+                self.owns_pool = True
+        pool = self.work_pool if work else self.pool
+        assert pool is not None
+        return pool
+
+    async def _open_pool(
+        self, name: str, max_size: int, extra: dict[str, Any]
+    ) -> AsyncConnectionPool[Any]:
+        # One plain connection first: a server that is down or a wrong password is said at
+        # once, in the driver's words, instead of after the pool's timeout.
+        probe = await self.connect(**self.plain)
+        await probe.close()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=1,
+            max_size=max_size,
+            kwargs={**self.kwargs, "autocommit": True, **extra},
+            open=False,
+            name=name,
+            timeout=self.timeout_s,
+        )
+        try:
+            await pool.open(wait=True, timeout=self.timeout_s)
+        except DOWN as error:
+            await pool.close()
+            raise self.unavailable(error) from error
+        self.loops[id(pool)] = asyncio.get_running_loop()
+        return pool
+
+    async def run(
+        self,
+        fn: Callable[[psycopg.AsyncConnection[Any]], Any],
+        *,
+        work: bool = False,
+        transaction: bool = True,
+    ) -> Any:
+        """`fn(conn)` on a pooled connection, in one transaction unless `transaction` is False
+        (a single statement commits on its own, saving two round trips).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached, or the table is missing or older.
+        """
+        pool = await self.get_pool(work=work)
+        local = work and self.pooler and self.owns_pool  # the workers' settings, per transaction
+        try:
+            async with pool.connection() as conn:
+                if not (transaction or local):
+                    return await fn(conn)
+                async with conn.transaction():
+                    if local:
+                        await conn.execute(WORK_LOCAL)
+                    return await fn(conn)
+        except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
+            if isinstance(error, DOWN):
+                # The server went away (a restart): its other idle connections in the pool
+                # are gone too. Drop them now, so that the next calls get fresh ones rather
+                # than failing one stale connection at a time.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self.timeout_s):
+                        await pool.check()
+            raise self.unavailable(error) from error
+
+    def _new_kept(self) -> dict[Use, Kept]:
+        return {use: Kept(self, self.plain if use == "push" else self.work) for use in USES}
+
+    async def kept_run(self, fn: Statement, use: Use) -> Any:
+        """`fn(cursor)`, one statement that commits on its own, on the connection kept for
+        `use` (one-row pushes; serve's claims; serve's groups of ends, in the workers' session)
+        and its cursor, when that is free, else on a new cursor of a pooled connection. A store
+        over an application's pool keeps no connection of its own: it opens nothing behind it.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached, or the table is missing or older.
+        """
+        work = use != "push"
+        kept = self.kept[use]
+        if kept.conn is None or self.pid != pid():  # (an open one came here on its first call)
+            # An unreachable server is said in a sentence here; after a fork, the parent's
+            # pools and kept connections are replaced before either is read below.
+            await self.get_pool(work=work)
+            kept = self.kept[use]
+        if self.owns_pool:
+            done, answer = await kept.run(with_work_settings(fn) if work and self.pooler else fn)
+            if done:
+                return answer
+        return await self.run(lambda conn: fn(conn.cursor()), work=work, transaction=False)
+
+    @contextlib.asynccontextmanager
+    async def listening(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection in autocommit for LISTEN, for as long as the block lasts: one of its
+        own to `listen_url` when given, or for a store opened from a URL; one held out of the
+        application's pool otherwise (given back as it was found, with UNLISTEN).
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        if self.listen_to is not None or self.owns_pool or self.pool is None:
+            conn = await self.connect(self.listen_to)
+            try:
+                yield conn
+            finally:
+                await conn.close()
+            return
+        try:
+            async with self.pool.connection() as conn:
+                autocommit = conn.autocommit
+                await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    if not conn.closed:
+                        with contextlib.suppress(*DOWN):
+                            await conn.execute("UNLISTEN *")
+                            await conn.set_autocommit(autocommit)
+        except DOWN as error:
+            raise self.unavailable(error) from error
+
+    async def close(self) -> None:
+        """Close what the store opened; an application's pool stays open."""
+        for kept in self.kept.values():
+            await kept.close()
+        work, self.work_pool = self.work_pool, None
+        if work is not None:
+            await self._close_pool(work)
+        pool = self.pool
+        if pool is not None and self.owns_pool:
+            self.pool = None
+            await self._close_pool(pool)
+
+    async def _close_pool(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Close one of the store's own pools, also once the loop that opened it is closed
+        (a pre-forking parent): `pool.close()` then fails waiting for its workers, tasks of
+        that loop (RuntimeError on Python 3.11, CancelledError on 3.12+), before it closes the
+        idle connections; those are closed here, so `close()` answers alike on every version."""
+        opened_on = self.loops.pop(id(pool), None)
+        if opened_on is None or not opened_on.is_closed():
+            await pool.close()
+            return
+        idle = list(getattr(pool, "_pool", ()))  # what close() would have closed
+        try:
+            await pool.close()
+        except (RuntimeError, asyncio.CancelledError):
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this close() itself is being cancelled
+        for conn in idle:
+            await conn.close()
+
+
+class Kept:
+    """A connection a store keeps beside its pools for calls that come one at a time (a single
+    producer's pushes, serve's claims, serve's groups of ends), which then skip the pool's
+    checkout and return: about 60 µs of CPU a call on the benchmark's machine.
+
+    It is opened at the first call, with one cursor that every call uses, and serves one call
+    at a time, on the event loop that opened it (or on another once that loop is closed); `run`
+    says when it was not free, and the caller goes through its pool. If it breaks, or a call on
+    it is cut off mid-statement, it is closed and the next call opens a fresh one. `close()`
+    closes it, or leaves that to the call using it at that moment.
+    """
+
+    def __init__(self, connections: Connections, options: dict[str, Any]) -> None:
+        self.connections = connections
+        self.options = options
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.cur: psycopg.AsyncCursor[Any] | None = None  # the connection's one cursor
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.lock = threading.Lock()  # taken without waiting: one call at a time
+        self.closing = False  # close() came while a call held the lock: that call closes it
+
+    async def run(self, fn: Statement) -> tuple[bool, Any]:
+        """(True, `fn(cursor)`) on the kept connection's cursor, or (False, None) when it is
+        not free.
+
+        Raises:
+            StoreUnavailable: the connection could not be opened, or broke.
+        """
+        loop = asyncio.get_running_loop()
+        if not self.lock.acquire(blocking=False):
+            return False, None
+        try:
+            owner = self.loop
+            if owner is not None and owner is not loop and not owner.is_closed():
+                return False, None
+            conn, cur = self.conn, self.cur
+            if conn is None or cur is None or conn.closed:
+                conn = await self.connections.connect(**self.options)
+                cur = conn.cursor()
+                self.conn, self.cur = conn, cur
+            self.loop = loop
+            try:
+                return True, await fn(cur)
+            except BaseException as error:
+                if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    # Broken, or cut off mid-statement: the next call opens a fresh one.
+                    self.conn, self.cur, self.loop = None, None, None
+                    await conn.close()
+                if isinstance(error, (*DOWN, errors.UndefinedTable, errors.UndefinedColumn)):
+                    raise self.connections.unavailable(error) from error
+                raise
+            finally:
+                if self.closing:  # close() came while this call held it (or was opening it)
+                    self.conn, self.cur, self.loop, self.closing = None, None, None, False
+                    await conn.close()
+        finally:
+            self.closing = False  # (a close() while the connection failed to open: nothing left)
+            self.lock.release()
+
+    async def close(self) -> None:
+        if not self.lock.acquire(blocking=False):
+            self.closing = True  # a call is using it (or opening it): that call closes it
+            return
+        try:
+            conn, self.conn, self.cur, self.loop = self.conn, None, None, None
+        finally:
+            self.lock.release()
+        if conn is not None:
+            await conn.close()

@@ -1,0 +1,61 @@
+"""The PostgreSQL table's shape: reading its version, and creating or upgrading it in place.
+
+What a version is, and which steps lead from one to the next, is `_schema`'s; this is how the
+PostgreSQL store runs them: in one transaction, behind an advisory lock (concurrent creators
+would otherwise race on the catalog), taking the table's strongest lock first when a step is to
+run (taken after the weaker ones `CREATE INDEX` takes, it would deadlock with workers holding
+rows), and waiting at most 10 s for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from .. import _schema, _sql
+
+SQL = _sql.load("nilo_job.store.postgres")
+
+
+async def read_schema(conn: psycopg.AsyncConnection[Any]) -> tuple[set[str], _schema.Recorded]:
+    """The table's columns (empty: no table), and what its version table records."""
+    cur = await conn.execute(SQL["columns"])
+    columns = {row[0] for row in await cur.fetchall()}
+    cur = await conn.execute(SQL["has_version"])
+    found = await cur.fetchone()
+    if not found or not found[0]:
+        return columns, None
+    cur = await conn.execute(SQL["version"])
+    found = await cur.fetchone()
+    if found is None or found[0] is None or found[1] is None:
+        return columns, None
+    return columns, (int(found[0]), int(found[1]))
+
+
+async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> None:
+    """Create what is missing and run the steps from the table's version to this one's, on
+    `conn` inside a transaction; a table already as this version wants it is not touched.
+
+    Raises:
+        StoreUnavailable: the table is from a newer nilo-job than this one can work on.
+    """
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nilo_jobs'))")
+    await conn.execute("SET LOCAL lock_timeout = '10s'")
+    columns, recorded = await read_schema(conn)
+    steps = _schema.steps_from(columns, recorded, where)
+    if steps is None or (not steps and recorded is not None and columns):
+        return  # as this version wants it (or newer, and fine as it is): touch nothing
+    if steps:
+        await conn.execute("LOCK TABLE nilo_jobs IN ACCESS EXCLUSIVE MODE")
+        for step in steps:
+            await _script(conn, SQL[step])
+    await _script(conn, SQL["create"])
+    await conn.execute(SQL["forget_version"])
+    await conn.execute(SQL["set_version"], (_schema.VERSION, _schema.COMPATIBLE_FROM))
+
+
+async def _script(conn: psycopg.AsyncConnection[Any], script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            await conn.execute(statement)

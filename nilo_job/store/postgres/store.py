@@ -1,0 +1,449 @@
+"""The PostgreSQL store: `job.Table("postgresql://…")` or `job.Table(pool)`, through psycopg 3.
+
+Any number of worker processes on any number of hosts share one table. The claim is one statement
+with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for; the unique index gives
+`unique` its verdict (`ON CONFLICT … DO NOTHING RETURNING`); every push sends `NOTIFY nilo_jobs`
+with the row's due time (never the payload), delivered when its transaction commits, and `watch`
+listens for it so idle workers in other processes start at once, or when the row falls due.
+
+This module holds what each call sends and what it answers; the statements' parameters are
+built in `statements`, where each finds its connection (pools, the connections kept beside
+them, forks) is `connections`, and the listener `listen`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
+
+from ..._errors import Refusal
+from ..._types import Stats
+from .. import _schema
+from .._sql import count_statement, dead_row, find_statement, row_view, unwrap_django
+from ..contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
+from .connections import Connections, where
+from .listen import listen
+from .pooler import check_pool, read_pooler
+from .schema import read_schema, upgrade
+from .statements import (
+    SQL,
+    delete_done,
+    end_sql,
+    insert,
+    insert_statement,
+    keep_params,
+    params,
+    texts,
+)
+
+ACCEPTED_TX = (
+    "a psycopg Connection or AsyncConnection in a transaction, or a SQLAlchemy Session, "
+    "AsyncSession, Connection or AsyncConnection, or Django's connection inside "
+    "transaction.atomic()"
+)
+
+
+class PostgresTable:
+    """The `nilo_jobs` table in a PostgreSQL database.
+
+    Args:
+        target: a `postgresql://` connection string, or a `psycopg_pool.AsyncConnectionPool`
+            the application already has (it stays the application's: `close` leaves it open).
+        max_size: the most connections the store's own pool opens (with a URL only).
+        pooler: `target` reaches the server through a pooler in transaction mode, such as
+            PgBouncer's `pool_mode = transaction` (also `?nilo_pooler=true` in the URL): no
+            statement is prepared on the server and no session setting is relied on.
+        listen_url: the server's direct `postgresql://` URL, for the one connection serve
+            keeps in LISTEN (also `?nilo_listen_url=` in the URL, percent-encoded); with
+            `pooler` and none given, serve does not listen and finds other processes' rows by
+            its poll (`poll_ms`).
+
+    Raises:
+        Refusal: `target` is neither, or `pooler` / `listen_url` cannot be used as given.
+    """
+
+    def __init__(
+        self,
+        target: str | AsyncConnectionPool[Any],
+        *,
+        max_size: int = 10,
+        pooler: bool = False,
+        listen_url: str | None = None,
+    ) -> None:
+        if isinstance(target, str):
+            said = read_pooler(target, pooler, listen_url)
+            try:
+                conninfo_to_dict(said.conninfo)
+            except psycopg.ProgrammingError as error:
+                raise Refusal(
+                    f"job.Table({_hidden(target)!r}) is not a connection string PostgreSQL "
+                    f"reads: {str(error).strip()}"
+                ) from None
+            self.conninfo = said.conninfo
+            pool = None
+        elif isinstance(target, AsyncConnectionPool):
+            said = read_pooler("", pooler, listen_url)
+            if said.pooler:
+                check_pool(target.kwargs)
+            self.conninfo = str(target.conninfo)
+            pool = target
+        else:
+            raise Refusal(
+                f"job.Table({target!r}): pass 'postgresql://user@host/db' or a "
+                "psycopg_pool.AsyncConnectionPool"
+            )
+        self.max_size = max_size
+        self.pooler, self.listen_url = said.pooler, said.listen_url
+        self._connections = Connections(
+            self.conninfo, pool, max_size, self._target(), pooler=said.pooler,
+            listen_url=said.listen_url,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"job.Table('postgresql://{where(self.conninfo)}')"
+
+    @property
+    def ddl(self) -> str:
+        """The statements that create the table and its indexes, as text."""
+        return SQL["create"]
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    async def open(self) -> None:
+        await self._connections.get_pool()
+
+    async def close(self) -> None:
+        await self._connections.close()
+
+    async def ping(self) -> None:
+        await self._one("SELECT 1")
+
+    async def now_us(self) -> int | None:
+        """The database's clock, in microseconds since the epoch."""
+        row = await self._one(SQL["now"])
+        return int(row[0])
+
+    async def create_missing(self) -> None:
+        """Create `nilo_jobs` and its indexes where missing, or bring an older table up to this
+        version in place, keeping every row (idempotent, safe to race, and safe while workers
+        run: each step adds a nullable column, which rewrites no row).
+
+        Raises:
+            StoreUnavailable: the table is from a newer nilo-job, or the server cannot be
+                reached or would not give the table's lock within 10 s.
+        """
+
+        where = repr(self)
+        await self._connections.run(lambda conn: upgrade(conn, where))
+
+    async def check(self) -> None:
+        columns, recorded = await self._connections.run(read_schema, transaction=False)
+        _schema.check(repr(self), self._target(), columns, recorded)
+
+    def _target(self) -> str:
+        """The URL an operator passes to `nilo-job migrate`, its password hidden."""
+        if self.conninfo.startswith(("postgresql://", "postgres://")):
+            return _hidden(self.conninfo)
+        return f"postgresql://{where(self.conninfo)}"
+
+    # ---------------------------------------------------------------------------------- rows
+
+    async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
+        if len(rows) > 1 and all(row.unique_key is None for row in rows):
+            return await self._push_bulk(rows)
+
+        if len(rows) == 1:
+            # One row is one statement, which commits on its own: one round trip, not three.
+            query, params = insert_statement(rows[0])
+
+            async def one(cur: psycopg.AsyncCursor[Any]) -> list[int | None]:
+                found = await (await cur.execute(query, params)).fetchone()
+                return [None if found is None else int(found[0])]
+
+            alone: list[int | None] = await self._connections.kept_run(one, "push")
+            return alone
+
+        async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
+            return [await insert(conn, row) for row in rows]
+
+        answers: list[int | None] = await self._connections.run(push)
+        return answers
+
+    async def _push_bulk(self, rows: Sequence[NewRow]) -> list[int | None]:
+        """Rows without unique keys in one statement, one NOTIFY for all of them.
+
+        With no key nothing can conflict, and an identity hands out increasing ids in the order
+        the rows are inserted, so the sorted ids are the rows' ids in order.
+        """
+        params = {
+            "kinds": [row.kind for row in rows],
+            "payloads": [row.payload.decode() for row in rows],
+            "run_ats": [row.run_at for row in rows],
+            "leases": [row.lease_until for row in rows],
+            "pushed_ats": [row.pushed_at for row in rows],
+            "workers": [row.worker for row in rows],
+        }
+
+        async def bulk(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
+            cur = await conn.execute(SQL["push_bulk"], params)
+            return [*sorted(int(found[0]) for found in await cur.fetchall())]
+
+        ids: list[int | None] = await self._connections.run(bulk, transaction=False)
+        return ids
+
+    async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        tx = unwrap_django(tx)
+        if isinstance(tx, psycopg.AsyncConnection):
+            _check_in_transaction(tx.info.transaction_status, tx.autocommit)
+            return [await insert(tx, row) for row in rows]
+        if isinstance(tx, psycopg.Connection):
+            _check_in_transaction(tx.info.transaction_status, tx.autocommit)
+            answers: list[int | None] = []
+            for row in rows:
+                found = tx.execute(*insert_statement(row)).fetchone()
+                answers.append(None if found is None else found[0])
+            return answers
+        if type(tx).__module__.startswith("sqlalchemy"):
+            return await _push_sqlalchemy(tx, rows)
+        raise Refusal(f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}")
+
+    async def claim(
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None = None,
+    ) -> list[Claimed]:
+        params = {
+            "now": now_us,
+            "lease_until": lease_until_us,
+            "limit": limit,
+            "kinds": texts(tuple(kinds)),
+            "worker": worker,
+        }
+
+        async def claim(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
+            await cur.execute(SQL["claim"], params)
+            return [
+                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in await cur.fetchall()
+            ]
+
+        # serve's claims come one at a time: on the connection kept for them.
+        claimed: list[Claimed] = await self._connections.kept_run(claim, "claim")
+        claimed.sort(key=lambda row: (row.run_at, row.id))
+        return claimed
+
+    async def finish(self, ends: Sequence[End]) -> list[bool]:
+        plain = [end for end in ends if isinstance(end, Done) and end.then is None]
+        if len(plain) == len(ends):
+            # The common case, a batch of runs that simply finished: one statement, on the
+            # connection kept for serve's ends (its groups are written one at a time).
+            done: list[bool] = await self._connections.kept_run(
+                lambda cur: delete_done(cur, plain), "end"
+            )
+            return done
+
+        async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
+            applied = []
+            for end in ends:
+                if isinstance(end, Done) and end.finished_at is not None:
+                    cur = await conn.execute(SQL["keep"], keep_params(end))
+                    found = await cur.fetchone()
+                    ok = found is not None and found[0] == 1
+                else:
+                    cur = await conn.execute(*end_sql(end))
+                    ok = cur.rowcount == 1
+                if ok and end.then is not None:
+                    await insert(conn, end.then)
+                applied.append(ok)
+            return applied
+
+        answers: list[bool] = await self._connections.run(apply, work=True)
+        return answers
+
+    async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
+        async def hand_on(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["release_key"], (row_id, attempts))
+            if cur.rowcount != 1:
+                return False
+            await insert(conn, then)
+            return True
+
+        done: bool = await self._connections.run(hand_on, work=True)
+        return done
+
+    async def cancel(self, row_id: int) -> bool:
+        async def cancel(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["cancel"], (row_id,))
+            return cur.rowcount == 1
+
+        gone: bool = await self._connections.run(cancel, transaction=False)
+        return gone
+
+    async def retry_dead(self, row_id: int, now_us: int) -> bool:
+        row = await self._one(SQL["retry_dead"], (now_us, row_id))
+        return row is not None
+
+    # ----------------------------------------------------------------------------- wake-ups
+
+    async def watch(self, wake: Callable[[int | None], None]) -> None:
+        """Call `wake(run_at)` for every row another process pushes, until cancelled (LISTEN on
+        a connection of its own; see `listen`); return at once behind a pooler without a
+        `listen_url`."""
+        await listen(self._connections, wake)
+
+    _connections: Connections
+
+    async def _one(self, query: str, params: Any = None) -> Any:
+        async def one(conn: psycopg.AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone()
+
+        return await self._connections.run(one, transaction=False)
+
+    async def stats(self) -> Stats:
+        row = await self._one(SQL["stats"])
+        return Stats(row[0], row[1], row[2], row[3])
+
+    async def dead_ones(self, limit: int) -> list[DeadRow]:
+        async def dead(conn: psycopg.AsyncConnection[Any]) -> list[DeadRow]:
+            cur = await conn.execute(SQL["dead_ones"], (limit,))
+            return [dead_row(r) for r in await cur.fetchall()]
+
+        rows: list[DeadRow] = await self._connections.run(dead, transaction=False)
+        return rows
+
+    async def rows(self, state: str, limit: int) -> list[RowView]:
+        return await self.find(Where(state=check_state(state)), None, limit)
+
+    async def _all(self, query: str, params: Any = None, *, transaction: bool = False) -> Any:
+        async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
+        return await self._connections.run(run, transaction=transaction)
+
+    async def row(self, row_id: int) -> RowView | None:
+        found = await self._all(SQL["row"], {"id": row_id})
+        return row_view(found[0]) if found else None
+
+    async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
+        query, params = find_statement(where, after, limit, postgres=True)
+        return [row_view(r) for r in await self._all(query, params)]
+
+    async def count(self, where: Where) -> int:
+        query, params = count_statement(where, postgres=True)
+        row = await self._one(query, params)
+        return int(row[0])
+
+    async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
+        return [r[0] for r in await self._all(SQL["retry_many"], (now_us, list(ids)))]
+
+    async def cancel_many(self, ids: Sequence[int]) -> list[int]:
+        return [r[0] for r in await self._all(SQL["cancel_many"], (list(ids),))]
+
+    async def delete_many(self, ids: Sequence[int]) -> list[int]:
+        return [r[0] for r in await self._all(SQL["delete_many"], {"ids": list(ids)})]
+
+    async def prune(self, before_us: int, limit: int) -> int:
+        async def prune(conn: psycopg.AsyncConnection[Any]) -> int:
+            cur = await conn.execute(SQL["prune"], (before_us, limit))
+            return cur.rowcount
+
+        gone: int = await self._connections.run(prune, transaction=False)
+        return gone
+
+    async def pause(self, kind: str, at_us: int) -> bool:
+        async def pause(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["pause"], (kind, at_us))
+            return cur.rowcount == 1
+
+        done: bool = await self._connections.run(pause, transaction=False)
+        return done
+
+    async def resume(self, kind: str) -> bool:
+        async def resume(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL["resume"], (kind,))
+            return cur.rowcount == 1
+
+        done: bool = await self._connections.run(resume, transaction=False)
+        return done
+
+    async def paused(self) -> dict[str, int]:
+        return {kind: int(at) for kind, at in await self._all(SQL["paused"])}
+
+    async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
+        found = await self._all(SQL["ended"], {"since": since_us})
+        return [(kind, state, int(minute), int(n)) for kind, state, minute, n in found]
+
+    async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in await self._all(SQL["durations"], (kind, since_us, limit))]
+
+    async def oldest_due(self, now_us: int) -> dict[str, int]:
+        return {kind: int(at) for kind, at in await self._all(SQL["oldest_due"], (now_us,))}
+
+    async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
+        params = {"key": key, "kinds": list(kinds)}
+
+        async def holding(conn: psycopg.AsyncConnection[Any]) -> list[RowView]:
+            cur = await conn.execute(SQL["holding"], params)
+            return [row_view(r) for r in await cur.fetchall()]
+
+        found: list[RowView] = await self._connections.run(holding, transaction=False)
+        return found
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        async def counts(conn: psycopg.AsyncConnection[Any]) -> dict[tuple[str, str], int]:
+            cur = await conn.execute(SQL["counts"])
+            return {(kind, state): n for kind, state, n in await cur.fetchall()}
+
+        found: dict[tuple[str, str], int] = await self._connections.run(counts, transaction=False)
+        return found
+
+
+def _hidden(url: str) -> str:
+    """`url` with its password, if any, replaced by stars."""
+    head, at, tail = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    user = head.rsplit(":", 1)[0]
+    return f"{user}:***@{tail}"
+
+
+def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool) -> None:
+    if status == pq.TransactionStatus.INTRANS:
+        return
+    if status == pq.TransactionStatus.IDLE and not autocommit:
+        return  # the INSERT opens the transaction, and the caller commits it
+    raise Refusal(
+        "push_in got a psycopg connection with no open transaction, so the row would commit on "
+        "its own: use `async with conn.transaction():` (or a connection without autocommit)"
+    )
+
+
+async def _push_sqlalchemy(tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+    """Write through a SQLAlchemy Session, AsyncSession, Connection or AsyncConnection."""
+    from sqlalchemy import Connection, text
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
+
+    statement = text(SQL["push_sqlalchemy"])
+    answers: list[int | None] = []
+    for row in rows:
+        if isinstance(tx, AsyncSession | AsyncConnection):
+            result = await tx.execute(statement, params(row))
+        elif isinstance(tx, Session | Connection):
+            result = tx.execute(statement, params(row))
+        else:
+            raise Refusal(
+                f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"
+            )
+        found = result.first()
+        answers.append(None if found is None else int(found[0]))
+    return answers
