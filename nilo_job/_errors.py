@@ -18,6 +18,8 @@ says `Rejected` rather than a word of the queue's.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 
 class JobError(Exception):
     """The root of every error the queue itself raises or records."""
@@ -72,3 +74,11 @@ class Refusal(TypeError, ValueError):
     payload that cannot round-trip. The message names the class and the field and says what to
     write instead. `nilo-job check module:attr` prints them for CI.
     """
+
+
+def is_int(value: object, least: int | None = None, most: int | None = None) -> TypeGuard[int]:
+    """Whether `value` is an int (a bool is not) from `least` to `most`, both included; a bound
+    that is None sets no limit. The check behind every `Refusal` of a count, a size or a time."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return (least is None or value >= least) and (most is None or value <= most)

@@ -27,7 +27,7 @@ from typing import overload
 
 from ._clock import Clock
 from ._codec import plain
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
 from ._observers import Observer, Observers
 from ._operator import Operator, is_row_id
@@ -49,7 +49,7 @@ RETENTION_MS = 3_600_000
 
 
 def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_int(value, 1):
         raise Refusal(f"job.Jobs({name}={value!r}) takes a positive int")
     return value
 
@@ -117,7 +117,7 @@ class Jobs:
         workers = _positive("workers", workers)
         self.poll_ms = _positive("poll_ms", poll_ms)
         self.timeout_ms = _positive("timeout_ms", timeout_ms)
-        if isinstance(retention_ms, bool) or not isinstance(retention_ms, int) or retention_ms < 0:
+        if not is_int(retention_ms, 0):
             raise Refusal(
                 f"job.Jobs(retention_ms={retention_ms!r}) takes whole milliseconds, 0 or more"
             )
@@ -136,7 +136,7 @@ class Jobs:
         self._observers = observers = Observers()
         self._statuses = statuses = Statuses(status)
         self._wakeups = wakeups = Wakeups(clock)
-        ends = Ends(store, self.lease_ms)
+        ends = Ends(store, self.lease_ms, observers, wakeups, statuses)
         ticks = Ticks(read, store, observers, wakeups)
         self._producer = Producer(
             kinds={kind.cls: kind for kind in read},
@@ -427,7 +427,7 @@ class Jobs:
             Refusal: `limit` is not a whole number from 1 to 100,000.
             StoreUnavailable: the store cannot be reached.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= 100_000:
+        if not is_int(limit, 1, 100_000):
             raise Refusal(f"dead_ones(limit={limit!r}): a count of rows, from 1 to 100,000")
         return [dead(row) for row in await self.store.dead_ones(limit)]
 
@@ -471,7 +471,7 @@ class Jobs:
         Raises:
             Refusal: `n` is not an int.
         """
-        if isinstance(n, bool) or not isinstance(n, int):
+        if not is_int(n):
             raise Refusal(f"progress(row, n={n!r}): n is an int the kind gives a meaning to")
         await self._runner.progress(row_id, n)
 
@@ -711,7 +711,7 @@ class Jobs:
             Refusal: `now_us` is not an int.
             StoreUnavailable: the store cannot be reached.
         """
-        if isinstance(now_us, bool) or not isinstance(now_us, int):
+        if not is_int(now_us):
             raise Refusal(f"prune_at({now_us!r}): microseconds since the epoch, as an int")
         if self._pruner is None:
             return 0

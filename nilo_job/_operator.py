@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ._clock import Clock
 from ._codec import plain
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 from ._kinds import Kind
 from ._spaces import Statuses
 from ._types import Flow, Found, Row, State, Where, is_unicode
@@ -113,7 +113,7 @@ class Operator:
     async def find(self, where: Where, after: str | None, limit: int) -> Found:
         if not isinstance(where, Where):
             raise Refusal(f"find({where!r}): pass a job.Where(state=..., kind=..., error=...)")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= PAGE_MOST:
+        if not is_int(limit, 1, PAGE_MOST):
             raise Refusal(f"find(limit={limit!r}): a count of rows, from 1 to {PAGE_MOST:,}")
         if where.state is None:
             if after is not None:
@@ -192,9 +192,7 @@ class Operator:
     ) -> int:
         """Act on the rows of `target` in `states`, a batch at a time, at most `at_most` rows;
         how many it changed."""
-        if at_most is not None and (
-            isinstance(at_most, bool) or not isinstance(at_most, int) or at_most < 0
-        ):
+        if at_most is not None and not is_int(at_most, 0):
             raise Refusal(f"{verb}_many(at_most={at_most!r}): a count of rows, 0 or more")
         if isinstance(target, Where):
             if target.state is not None and target.state not in states:
@@ -256,7 +254,7 @@ class Operator:
     # --------------------------------------------------------------------------------- flow
 
     async def flow(self, minutes: int) -> list[Flow]:
-        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 0 < minutes <= 1_440:
+        if not is_int(minutes, 1, 1_440):
             raise Refusal(f"flow(minutes={minutes!r}): a whole number of minutes, 1 to 1,440")
         now = self.clock.now()
         first = now - now % 60_000_000 - (minutes - 1) * 60_000_000
@@ -299,6 +297,6 @@ def is_row_id(row_id: object) -> bool:
     Raises:
         Refusal: `row_id` is not an int.
     """
-    if isinstance(row_id, bool) or not isinstance(row_id, int):
+    if not is_int(row_id):
         raise Refusal(f"a row id is the int that push returned, not {row_id!r}")
     return 0 < row_id <= INT64_MAX

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ._clock import Clock, datetime_to_us
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
 from ._observers import Observers
 from ._process import worker
 from ._spaces import Space, Statuses
 from ._types import State
-from ._worker.ends import Ends, released
+from ._worker.ends import Ends
 from ._worker.feed import Feed
 from ._worker.wakeups import Wakeups
 from .store.contract import INT64_MAX, INT64_MIN, Claimed, NewRow, Store
@@ -88,13 +88,13 @@ class Producer:
             raise Refusal("push takes after_ms or at, not both: one says when the row is due")
         now = self.clock.now()
         if after_ms is not None:
-            if isinstance(after_ms, bool) or not isinstance(after_ms, int) or after_ms < 0:
+            if not is_int(after_ms, 0):
                 raise Refusal(f"after_ms={after_ms!r}: a whole number of milliseconds, 0 or more")
             run_at = now + after_ms * 1_000
         elif at is not None:
             if isinstance(at, datetime):
                 run_at = datetime_to_us(at)
-            elif isinstance(at, bool) or not isinstance(at, int):
+            elif not is_int(at):
                 raise Refusal(f"at={at!r}: microseconds since the epoch (int) or an aware datetime")
             else:
                 run_at = at
@@ -165,7 +165,7 @@ class Producer:
             else:
                 self.hand_over(feed, kind, row, row_id, claimed_at)
         if self.ends.background:  # serve stopped meanwhile: its row is being queued again
-            await self.ends.settled(retrying=False)
+            await self.ends.settled()
         return row_id
 
     async def _push_claimed(
@@ -219,7 +219,7 @@ class Producer:
         if not feed.closed:
             feed.put([claimed], claimed_at)
             return
-        self.ends.later(self.ends.write(kind.name, claimed, released(claimed)))
+        self.ends.later(self.ends.give_back([claimed]))
 
     async def push_many(
         self, values: Sequence[object], after_ms: int | None, at: int | datetime | None

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ._clock import datetime_to_us
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -146,7 +146,7 @@ def every(ms: int) -> Every:
     Raises:
         Refusal: `ms` is not a positive int.
     """
-    if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
+    if not is_int(ms, 1):
         raise Refusal(f"job.every({ms!r}) takes a positive whole number of milliseconds")
     return Every(ms)
 

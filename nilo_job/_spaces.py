@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 from ._types import State, Status
 
 
@@ -58,7 +58,7 @@ class MemorySpace:
     ) -> None:
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or ttl_s <= 0:
             raise Refusal(f"MemorySpace(ttl_s={ttl_s!r}) takes a positive number of seconds")
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys <= 0:
+        if not is_int(max_keys, 1):
             raise Refusal(f"MemorySpace(max_keys={max_keys!r}) takes a positive int")
         self.ttl_s = float(ttl_s)
         self.max_keys = max_keys
@@ -129,7 +129,7 @@ class RedisSpace:
                 f"RedisSpace({client!r}): pass a redis.asyncio.Redis client (redis-py's asyncio "
                 "API), e.g. redis.asyncio.Redis.from_url('redis://localhost:6379/0')"
             )
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s <= 0:
+        if not is_int(ttl_s, 1):
             raise Refusal(f"RedisSpace(ttl_s={ttl_s!r}) takes a positive whole number of seconds")
         if not isinstance(name, str) or not name:
             raise Refusal(f"RedisSpace(name={name!r}) takes a non-empty str prefix")

@@ -12,11 +12,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 
 
 def _check_ms(owner: str, name: str, value: object, *, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise Refusal(f"{owner}({name}=...) takes whole milliseconds as an int, not {value!r}")
     if value < (1 if positive else 0):
         bound = "greater than 0" if positive else "0 or more"
@@ -75,7 +75,7 @@ class Retry:
     backoff: Fixed | Exponential | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 0:
+        if not is_int(self.times, 0):
             raise Refusal(f"Retry(times={self.times!r}): times is a count of retries, 0 or more")
         if self.backoff is not None and not isinstance(self.backoff, Fixed | Exponential):
             raise Refusal(

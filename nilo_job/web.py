@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
-from ._errors import Refusal
+from ._errors import Refusal, is_int
 from ._jobs import Jobs
 
 __all__ = ["lifespan"]
@@ -68,7 +68,7 @@ def lifespan(
     """
     if not isinstance(jobs, Jobs):
         raise Refusal(f"lifespan({jobs!r}): pass the job.Jobs the app pushes to")
-    if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
+    if not is_int(grace_ms, 0):
         raise Refusal(f"lifespan(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
 
     @contextlib.asynccontextmanager

@@ -595,7 +595,7 @@ async def test_a_second_cancel_ends_the_wait_for_an_end_tried_again_and_leaves_n
     assert not serving.done()
     await _stop(serving)  # a second cancel: TimeoutError if it hangs
     ends = jobs._runner.ends
-    assert [task for task in (*ends.background, *ends.retrying) if not task.done()] == []
+    assert [task for task in ends.background if not task.done()] == []
     assert (await jobs.stats()).running == 1
 
 

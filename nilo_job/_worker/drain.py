@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from .._errors import Refusal
+from .._errors import Refusal, is_int
 from .._observers import Observers
 from .._process import worker
 from ..store.contract import INT64_MAX, INT64_MIN, Store
@@ -45,7 +45,7 @@ class Drain:
     async def run_one_at(self, now_us: int, names: tuple[str, ...] | None = None) -> bool:
         """`Jobs.run_one_at`: True if a run was called. `names` are the kinds to claim (None:
         every kind that is not paused)."""
-        if isinstance(now_us, bool) or not isinstance(now_us, int):
+        if not is_int(now_us):
             raise Refusal(f"drain_at({now_us!r}): microseconds since the epoch, as an int")
         if not INT64_MIN <= now_us <= INT64_MAX - self.lease_ms * 1_000:
             raise Refusal(f"drain_at({now_us}): a moment no store can hold; pass a nearer one")

@@ -1,14 +1,14 @@
-"""Writing ends: how the end of a claimed row, once decided, reaches the store.
+"""Ends: the one way the end of a claimed row goes, written to the store and then told.
 
-An end (done, a retry at a time, dead, or given back unrun) is decided in `outcome` and written
-here with `store.finish`. Under serve the ends of concurrent runs share one `finish` (a group
-commit, `Grouped`), written by a task of the group's own, so an end whose run has returned is
-written even when its row's task is cancelled by a stop past its grace. An end the store cannot
-take because it is unreachable is tried again for as long as the row's lease lasts: past it
-another worker may take the row, and this end no longer matters (the row runs again: at least
-once). Work left to finish after its caller has gone (a row given back as serve stopped, the
-record of an end written late) runs in background tasks that serve's stop and later pushes wait
-for.
+An end (done, a retry at a time, dead, or given back unrun) is decided in `outcome`, then
+`Ends.end` writes it with `store.finish` and tells the observers, the log, serve's wake-ups (a
+retry's wait, a schedule's next tick) and the status Space how it went. Under serve the ends of
+concurrent runs share one `finish` (a group commit, `Grouped`), written by a task of the group's
+own, so an end whose run has returned is written even when its row's task is cancelled by a stop
+past its grace. An end the store cannot take because it is unreachable is tried again for as
+long as the row's lease lasts: past it another worker may take the row, and this end no longer
+matters (the row runs again: at least once). Rows claimed and never started are given back
+(`give_back`) without being told: they did not run.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +27,7 @@ from .._errors import LeaseLost, StoreUnavailable
 from .._group_commit import Grouped
 from .._kinds import Kind
 from .._observers import Observers, Outcome
+from .._spaces import Statuses
 from .._types import State
 from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Store
 from .outcome import in_ascii, user_traceback
@@ -45,27 +47,31 @@ def _in_ascii(end: End) -> End | None:
     return dataclasses.replace(end, error=error, detail=detail, traceback=trace)
 
 
-def released(row: Claimed) -> Released:
-    """The end of a claimed row given back unrun: queued again, due when it was, its attempt
-    uncounted."""
-    return Released(row.id, row.attempts, row.run_at)
-
-
 class Ends:
-    """The ends of one queue's rows, written to `store`.
+    """The one way the end of a claimed row goes: written to the store, then told.
 
     Args:
         store: the queue's store.
         lease_ms: the queue's lease, in milliseconds: how long an end is tried again through
             an outage.
+        observers, wakeups, statuses: told of every end written.
     """
 
-    def __init__(self, store: Store, lease_ms: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        lease_ms: int,
+        observers: Observers,
+        wakeups: Wakeups,
+        statuses: Statuses,
+    ) -> None:
         self.store = store
         self.lease_ms = lease_ms
+        self.observers = observers
+        self.wakeups = wakeups
+        self.statuses = statuses
         self.group: Grouped[End, bool] | None = None  # while serve runs
         self.background: set[asyncio.Task[Any]] = set()
-        self.retrying: set[asyncio.Task[Any]] = set()
 
     async def _finish(self, ends: list[End]) -> list[bool]:
         return await self.store.finish(ends)
@@ -82,37 +88,33 @@ class Ends:
                 await group.idle()  # it shields the write itself
         self.group = None
 
-    def submit(self, end: End) -> asyncio.Future[bool] | None:
-        """Under serve: `end` handed to the group, which writes it whatever happens to the
-        caller; the future of whether it applied (False: the lease was lost), which fails as
-        the group's write did (`StoreUnavailable` included: then `write` is the way that tries
-        again). None when serve is not grouping ends."""
-        group = self.group
-        return None if group is None else group.submit(end)
-
-    @staticmethod
-    def could_write_plainer(end: End) -> bool:
-        """Whether `write` has a plainer `end` to try when the store refuses it (its error's
-        text in ASCII)."""
-        return _in_ascii(end) is not None
-
-    async def write(
-        self,
-        kind: str,
-        row: Claimed,
-        end: End,
-        late: Callable[[bool], None] | None = None,
-    ) -> bool | None:
-        """Write `end` of `row` (of kind `kind`): whether it applied (False: the lease was lost
-        to another worker), or None when the store stayed unreachable for the whole lease (the
-        row is then taken again after its lease).
+    async def end(self, ending: Ending) -> bool | None:
+        """Write `ending`'s end, then tell the observers, the log, serve's wake-ups and the
+        status Space how it went; whether it applied (False: the lease was lost to another
+        worker; None: the store stayed unreachable for the whole lease, and the row is taken
+        again after it).
 
         Under serve the end goes to the group, which writes it even if this task is cancelled
-        meanwhile; `late` is then called with its answer.
+        meanwhile; it is then told in a background task that `settled()` waits for.
 
         Raises:
             Exception: anything but `StoreUnavailable` that the store raised.
         """
+        applied = await self._write(ending)
+        await self._tell(ending, applied)
+        return applied
+
+    async def _tell(self, ending: Ending, applied: bool | None) -> None:
+        status = tell(self.observers, self.wakeups, ending, applied)
+        if status is not None:
+            await self.statuses.put(ending.row.id, *status)
+
+    def _told_late(self, ending: Ending, applied: bool) -> None:
+        self.later(self._tell(ending, applied))
+
+    async def _write(self, ending: Ending) -> bool | None:
+        """`store.finish` of `ending`'s end, tried again through an outage for the lease."""
+        kind, row, end = ending.kind.name, ending.row, ending.end
         deadline = time.monotonic() + self.lease_ms / 1_000
         pause = 0.05
         while True:
@@ -121,6 +123,7 @@ class Ends:
                 if group is None:
                     (applied,) = await self.store.finish([end])
                 else:
+                    late = functools.partial(self._told_late, ending)
                     applied = await group.submit(end, late)
             except StoreUnavailable as error:
                 if time.monotonic() + pause > deadline:
@@ -152,37 +155,36 @@ class Ends:
             else:
                 return applied
 
-    async def give_back(self, rows: Sequence[Claimed]) -> None:
-        """Queue `rows` again unrun, in one `finish` that a cancel of the caller does not cut
-        short; a failure leaves them to their lease."""
+    async def give_back(self, rows: Sequence[Claimed], run_at: int | None = None) -> None:
+        """Queue `rows`, claimed and not started, again unrun (due when they were, or at
+        `run_at`, µs), in one `finish` that a cancel of the caller does not cut short; a failure
+        leaves them to their lease."""
         if rows:
+            ends = [
+                Released(row.id, row.attempts, row.run_at if run_at is None else run_at)
+                for row in rows
+            ]
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.finish([released(row) for row in rows]))
+                await asyncio.shield(self.store.finish(ends))
 
-    def later(self, work: Coroutine[Any, Any, object], *, retrying: bool = False) -> None:
-        """Run `work` in a background task that `settled()` waits for; `retrying`: an end that
-        serve's group could not write, on its whole way (which a push does not wait for)."""
-        tasks = self.retrying if retrying else self.background
+    def later(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run `work` in a background task that `settled()` waits for."""
         task = asyncio.get_running_loop().create_task(work)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
-    async def settled(self, *, retrying: bool = True) -> None:
-        """Until the background work started so far has finished (with `retrying`, the ends
-        tried again through an outage too)."""
-        tasks = self.background | self.retrying if retrying else set(self.background)
-        if tasks:
-            await asyncio.wait(tasks)
-
-
-log = logging.getLogger("nilo_job")
+    async def settled(self) -> None:
+        """Until the background work started so far has finished."""
+        if self.background:
+            await asyncio.wait(set(self.background))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ending:
     """A run's end on its way to the store and then to `tell`: `end` of `row` (of `kind`);
     `seconds`, how long the run took; `dropped`, a schedule's tick dropped unrun; `error`, the
-    failure the end records, for the log's traceback."""
+    failure the end records, for the log's traceback; `progress`, the run's last progress
+    figure."""
 
     kind: Kind
     row: Claimed
@@ -190,22 +192,19 @@ class Ending:
     seconds: float = 0.0
     dropped: bool = False
     error: BaseException | None = None
+    progress: int | None = None
 
 
 def tell(
-    observers: Observers,
-    wakeups: Wakeups,
-    ending: Ending,
-    applied: bool | None,
-    progress: int | None,
+    observers: Observers, wakeups: Wakeups, ending: Ending, applied: bool | None
 ) -> tuple[State, int, int | None] | None:
     """Tell the observers, the log and serve's wake-ups how `ending` went (`applied`: whether
-    it applied, False when the lease was lost, None when it could not be written; `progress`:
-    the run's last progress figure); the status the row has now, for the status Space, or None
-    when it has none to record."""
+    it applied, False when the lease was lost, None when it could not be written); the status
+    the row has now, for the status Space, or None when it has none to record."""
     if applied is None:
         return None
     kind, row, end, seconds = ending.kind, ending.row, ending.end, ending.seconds
+    progress = ending.progress
     fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
     outcome: Outcome = "lost" if not applied else "dropped" if ending.dropped else _outcome(end)
     observers.ended(kind.name, outcome, _error_of(end), seconds)

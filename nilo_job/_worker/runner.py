@@ -12,6 +12,7 @@ both run rows through here.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from .._errors import BadPayload, StoreUnavailable
+from .._errors import BadPayload
 from .._kinds import Kind
 from .._observers import Observers
 from .._spaces import Statuses
@@ -27,7 +28,7 @@ from .._types import Missed, Overlap, State, Tick
 from ..store.contract import Claimed, Died, Done, NewRow, Released, Store
 from . import outcome
 from .calling import Execution, arguments, call_async, call_in_thread
-from .ends import Ending, Ends, tell
+from .ends import Ending, Ends
 from .outcome import MESSAGE_CHARS, storable
 from .ticks import Ticks
 from .wakeups import Wakeups
@@ -42,6 +43,22 @@ _BUSY_AGAIN_US = 1_000_000  # a row whose earlier thread still runs here is due 
 
 def _nothing() -> None:
     return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt at a claimed row: `row`, of `kind`, with its decoded payload `value`;
+    `clock()`, the tick's clock (µs); `free()`, called once the row no longer needs its worker;
+    `execution`, this process's hold on the row; `then_at_end`, whether a schedule's next tick
+    is computed when the run ends (`Overlap.SKIP`)."""
+
+    kind: Kind
+    row: Claimed
+    value: object
+    clock: Callable[[], int]
+    free: Callable[[], None]
+    execution: Execution
+    then_at_end: bool
 
 
 class Runner:
@@ -89,26 +106,19 @@ class Runner:
         self.run_s: float | None = None  # recent seconds per run (a moving average)
 
     async def execute(
-        self,
-        row: Claimed,
-        clock: Callable[[], int],
-        free: Callable[[], None] = _nothing,
-        *,
-        hand_off: bool = False,
+        self, row: Claimed, clock: Callable[[], int], free: Callable[[], None] = _nothing
     ) -> bool:
         """Run one claimed row to its end and write the end. True if `run` was called.
 
         `clock()` is the tick's clock (µs). `free()` is called once the row no longer needs its
         worker: an async run's as soon as its run has returned, before its end is written
         (serve's worker takes its next row meanwhile); otherwise when everything here is over.
-        With `hand_off` (serve's workers, no status Space) an async run's end is handed to
-        serve's group and told when written, after this returns.
         """
         kind = self.kinds[row.kind]
         if row.unreadable is not None:
             await self._bad_payload(kind, row, f"the store cannot read it: {row.unreadable}", clock)
             return False
-        then: NewRow | None = None
+        then_at_end = False
         if self.ticks.holds_schedule(kind, row):
             now = clock()
             if outcome.tick_is_missed(kind, row.run_at, now) and kind.missed is Missed.DROP:
@@ -117,9 +127,8 @@ class Runner:
                     kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
                 )  # fmt: skip
                 next_tick = self.ticks.next_row(kind, row.run_at, now)
-                await self._end(
-                    Ending(kind, row, Done(row.id, row.attempts, next_tick), dropped=True)
-                )
+                done = Done(row.id, row.attempts, next_tick)
+                await self.ends.end(Ending(kind, row, done, dropped=True))
                 return False
             if kind.overlap is Overlap.QUEUE:
                 # The next tick may start while this one runs: hand the key on now.
@@ -127,10 +136,11 @@ class Runner:
                 if await self.store.hand_on(row.id, row.attempts, next_tick):
                     self.wakeups.wake_at(next_tick.run_at)
             else:
-                then = self.ticks.next_row(kind, row.run_at, now)  # recomputed when it ends
+                then_at_end = True  # Overlap.SKIP: the next tick is computed when it ends
         try:
             value = kind.codec.decode(row.payload)
         except BadPayload as error:
+            then = self.ticks.next_row(kind, row.run_at, clock()) if then_at_end else None
             await self._bad_payload(kind, row, str(error), clock, then)
             return False
         # Two executions of one row never overlap in this process: while a timed-out sync run's
@@ -142,15 +152,13 @@ class Runner:
                 "again for a second from now",
                 kind.name, row.id, extra={"kind": kind.name, "row": row.id},
             )  # fmt: skip
-            again = Released(row.id, row.attempts, clock() + _BUSY_AGAIN_US)
-            await self.ends.write(kind.name, row, again)
+            await self.ends.give_back([row], run_at=clock() + _BUSY_AGAIN_US)
             return False
         execution = Execution(functools.partial(self._forget, row.id))
         self.busy[row.id] = execution
         try:
-            return await self._run(
-                kind, row, value, clock, execution, then is not None, free, hand_off
-            )
+            await self._run(Attempt(kind, row, value, clock, free, execution, then_at_end))
+            return True
         finally:
             if kind.is_async or not execution.thread_started:
                 execution.end()
@@ -166,23 +174,15 @@ class Runner:
         """Kill `row` as `BadPayload` without running it: `why` says what is wrong with it."""
         detail = storable(f"{why} (the row did not run)", MESSAGE_CHARS)
         end = Died(row.id, row.attempts, clock(), BadPayload.__name__, detail, then)
-        await self._end(Ending(kind, row, end))
+        await self.ends.end(Ending(kind, row, end))
 
     def _forget(self, row_id: int, execution: Execution) -> None:
         if self.busy.get(row_id) is execution:
             del self.busy[row_id]
 
-    async def _run(
-        self,
-        kind: Kind,
-        row: Claimed,
-        value: object,
-        clock: Callable[[], int],
-        execution: Execution,
-        hand_on_at_end: bool,
-        free: Callable[[], None],
-        hand_off: bool,
-    ) -> bool:
+    async def _run(self, attempt: Attempt) -> None:
+        """Call `attempt`'s run, decide its end and have it written and told."""
+        kind, row, clock, execution = attempt.kind, attempt.row, attempt.clock, attempt.execution
         started = clock()
         tick = Tick(row.id, row.attempts, row.run_at, outcome.is_last(kind, row.attempts))
         if self.statuses.space is not None:
@@ -203,9 +203,11 @@ class Runner:
             await self.statuses.put(row.id, State.RUNNING, row.attempts, 0)
             with watch:
                 if kind.is_async:
-                    returned = await call_async(kind, value, kwargs, timeout_s)
+                    returned = await call_async(kind, attempt.value, kwargs, timeout_s)
                 else:
-                    returned = await call_in_thread(kind, value, kwargs, timeout_s, execution)
+                    returned = await call_in_thread(
+                        kind, attempt.value, kwargs, timeout_s, execution
+                    )
         except asyncio.CancelledError as cancelled:
             task = asyncio.current_task()
             if task is None or not task.cancelling():
@@ -213,9 +215,8 @@ class Runner:
             elif kind.is_async or not execution.thread_started or execution.done:
                 # The worker is shutting down past its grace: give the row back unrun.
                 given_back = Released(row.id, row.attempts, clock())
-                await asyncio.shield(
-                    self._end(Ending(kind, row, given_back, time.monotonic() - began))
-                )
+                ending = Ending(kind, row, given_back, time.monotonic() - began)
+                await asyncio.shield(self.ends.end(self._with_progress(ending)))
                 raise
             else:
                 # A thread cannot be stopped: the row stays running under its lease, so that
@@ -231,7 +232,7 @@ class Runner:
         self.run_s = seconds if self.run_s is None else 0.8 * self.run_s + 0.2 * seconds
         ended = clock()
         # Overlap.SKIP: the next tick is computed from the clock when the run ends.
-        then = self.ticks.next_row(kind, row.run_at, ended) if hand_on_at_end else None
+        then = self.ticks.next_row(kind, row.run_at, ended) if attempt.then_at_end else None
         kept = self.keep and error is None
         result = _result(kind, row, returned) if kept else None
         # When the run began, as far back from its end as it really took (on a test's clock,
@@ -240,82 +241,23 @@ class Runner:
         end = outcome.decide(
             kind, row, error, ended, then, keep=self.keep, started_us=began_us, result=result
         )
-        ending = Ending(kind, row, end, seconds, error=error)
         if kind.is_async:
-            free()
-            written = self.ends.submit(end) if hand_off and self.statuses.space is None else None
-            if written is not None:  # this task ends now: no task waits for the end
-                written.add_done_callback(functools.partial(self._written, ending))
-                return True
+            attempt.free()
         # Not shielded: a cancel here (a stop past its grace) leaves the end with serve's
-        # group, which writes it whatever happens to this task; only this process's
-        # bookkeeping of it (observers, status) is skipped.
+        # group, which writes it and tells of it whatever happens to this task.
         try:
-            await self._end(ending)
+            await self.ends.end(self._with_progress(Ending(kind, row, end, seconds, error=error)))
         finally:
             task = asyncio.current_task()
             if not kind.is_async and not (task is not None and task.cancelling()):
                 # A timed-out thread still running keeps its worker slot until it returns,
                 # even when recording its end failed.
                 await execution.wait()
-        return True
 
-    async def _end(self, ending: Ending) -> None:
-        """Write `ending`'s end, then tell the observers, the log and the status Space how it
-        went."""
-        late = functools.partial(self._recorded_late, ending)
-        applied = await self.ends.write(ending.kind.name, ending.row, ending.end, late)
-        await self._record(ending, applied)
-
-    def _written(self, ending: Ending, written: asyncio.Future[bool]) -> None:
-        """The group's answer for an end handed to it (`Ends.submit`), recorded at once. An end
-        the group could not write goes the whole way of `_end` in a background task that
-        serve's stop waits for, when that way may still write it (an outage it waits out, a
-        refusal of its error's text); otherwise it is left to its lease, as `_end` would."""
-        kind, row = ending.kind, ending.row
-        failure = None if written.cancelled() else written.exception()
-        if written.cancelled() or failure is not None:
-            if isinstance(failure, StoreUnavailable) or self.ends.could_write_plainer(ending.end):
-                self.ends.later(self._end_or_log(ending), retrying=True)
-                return
-            log.error(
-                "%s row %d: its run could not be recorded; it runs again after its lease",
-                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
-                exc_info=failure,
-            )  # fmt: skip
-            return
-        try:
-            self._tell(ending, written.result())
-        except Exception:
-            log.exception(
-                "%s row %d: its end was written, but telling the observers failed",
-                kind.name, row.id, extra={"kind": kind.name, "row": row.id},
-            )  # fmt: skip
-
-    async def _end_or_log(self, ending: Ending) -> None:
-        try:
-            await self._end(ending)
-        except Exception:
-            log.exception(
-                "%s row %d: its run could not be recorded; it runs again after its lease",
-                ending.kind.name, ending.row.id,
-                extra={"kind": ending.kind.name, "row": ending.row.id},
-            )  # fmt: skip
-
-    def _recorded_late(self, ending: Ending, applied: bool) -> None:
-        """An end written after its row's task was cancelled: record it in a task of its own
-        (which serve's stop waits for)."""
-        self.ends.later(self._record(ending, applied))
-
-    async def _record(self, ending: Ending, applied: bool | None) -> None:
-        status = self._tell(ending, applied)
-        if status is not None:
-            await self.statuses.put(ending.row.id, *status)
-
-    def _tell(self, ending: Ending, applied: bool | None) -> tuple[State, int, int | None] | None:
-        """`tell` how `ending` went, with the run's last progress figure; the row's status now."""
+    def _with_progress(self, ending: Ending) -> Ending:
+        """`ending` with its run's last progress figure, which this process forgets now."""
         progress = self.progress_of.pop(ending.row.id, None)
-        return tell(self.observers, self.wakeups, ending, applied, progress)
+        return ending if progress is None else dataclasses.replace(ending, progress=progress)
 
     async def progress(self, row_id: int, n: int) -> None:
         """Record `n` as the progress of `row_id`'s run, if it runs in this process and the

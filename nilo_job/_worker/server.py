@@ -20,12 +20,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from .._clock import Clock, now_us
-from .._errors import Refusal
+from .._errors import Refusal, is_int
 from .._kinds import Kind
 from .._observers import Observers
 from .._process import worker
 from ..store.contract import Claimed, Store
-from .ends import Ends, released
+from .ends import Ends
 from .feed import Feed
 from .pauses import Pauses, served
 from .pruner import Pruner
@@ -111,7 +111,7 @@ class Server:
             Refusal: serve already runs on this queue, or `kinds` names a kind it lacks.
             StoreUnavailable: at start, the store cannot be reached or its table is not usable.
         """
-        if isinstance(grace_ms, bool) or not isinstance(grace_ms, int) or grace_ms < 0:
+        if not is_int(grace_ms, 0):
             raise Refusal(f"serve(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
         if self.task is not None and not self.task.done():
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
@@ -318,8 +318,7 @@ class Server:
                 return
             row, _claimed_at, freed = taken
             if freed is None:  # it waited here too long to run under its lease
-                with contextlib.suppress(Exception):
-                    await self.ends.write(row.kind, row, released(row))
+                await self.ends.give_back([row])
                 continue
             try:
                 await freed
@@ -342,7 +341,7 @@ class Server:
 
     async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
         try:
-            await self.runner.execute(row, self.clock.now, free, hand_off=True)
+            await self.runner.execute(row, self.clock.now, free)
         except Exception:
             # A status space or store failing beyond the runner: the row runs after its lease.
             log.exception(
@@ -371,23 +370,20 @@ class Server:
             if interrupted:
                 raise asyncio.CancelledError
             # Workers leave once their row's run is over (a row handed over as the feed closed
-            # included); then the rows' tasks finish writing their ends, and the ends tried
-            # again through an outage.
+            # included); then the rows' tasks finish writing their ends.
             await asyncio.wait(workers, timeout=grace_ms / 1_000)
-            for tasks in (feed.tasks, self.ends.retrying):
-                if tasks:
-                    await asyncio.wait(set(tasks), timeout=max(0.0, deadline - loop.time()))
+            if feed.tasks:
+                await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:
             interrupted = True
         late = set(feed.tasks)
         if late:
             log.warning("cancelled %d runs past the grace period; their rows are queued again",
                         len(late))  # fmt: skip
-        await cancel_and_wait([*late, *workers, *self.ends.retrying])
+        await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
         await self.ends.stop_grouping()
-        await cancel_and_wait(list(self.ends.retrying))  # the last groups': left to the lease
         await self.ends.settled()  # the observers and status of ends written just now
         if interrupted:
             raise asyncio.CancelledError

@@ -35,6 +35,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import Cron, Every, Jobs, Refusal
+from .._errors import is_int
 from .._types import Row, Where
 from .._worker.ticks import SCHEDULE_KEY
 from ..store.contract import INT64_MAX
@@ -270,10 +271,10 @@ def dashboard_app(
     """
     sessions = None
     if (checked := check_secret(secret)) is not None:
-        if isinstance(session_s, bool) or not isinstance(session_s, int) or session_s <= 0:
+        if not is_int(session_s, 1):
             raise Refusal(f"dashboard_app(session_s={session_s!r}) takes a positive int")
         sessions = Sessions(checked, session_s)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= 1_000:
+    if not is_int(limit, 1, 1_000):
         raise Refusal(f"dashboard_app(limit={limit!r}) takes a positive int, at most 1,000")
     if isinstance(origins, str):
         raise Refusal("dashboard_app(origins=...) takes a list of origins, not one str")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
-from .._errors import Refusal
+from .._errors import Refusal, is_int
 from .._types import Exponential, Fixed, Retry
 
 KNOWN = ("store", "database", "retry", "timeout_ms", "workers", "poll_ms", "retention_ms")
@@ -126,7 +126,7 @@ def retry_of(where: str, given: object) -> Retry:
 
 
 def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_int(value, 1):
         raise Refusal(f"{name} must be a positive int of milliseconds, not {value!r}")
 
 

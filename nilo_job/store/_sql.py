@@ -58,7 +58,7 @@ def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
     raise TypeError(f"not an end: {end!r}")
 
 
-def keep_params(end: Done) -> tuple[object, ...]:
+def keep_values(end: Done) -> tuple[object, ...]:
     """The parameters of the `keep` statement, which copies a done row into the history:
     started_at, finished_at, result, id, attempts."""
     result = None if end.result is None else end.result.decode()

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .._errors import PayloadTooLarge, QueueFull, Refusal
+from .._errors import PayloadTooLarge, QueueFull, Refusal, is_int
 from .._types import Stats
 from .contract import (
     NEWEST_FIRST,
@@ -48,7 +48,7 @@ class Memory:
 
     def __init__(self, *, bytes: int = 1 << 20, max_payload: int = 4096) -> None:
         for name, value in (("bytes", bytes), ("max_payload", max_payload)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not is_int(value, 1):
                 raise Refusal(f"job.Memory({name}={value!r}) takes a positive number of bytes")
         self.capacity = bytes
         self.max_payload = max_payload

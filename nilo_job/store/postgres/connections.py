@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg import errors, pq
@@ -62,9 +62,11 @@ Use = Literal["push", "claim", "end"]
 """What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
 USES: tuple[Use, ...] = ("push", "claim", "end")
 
-Statement = Callable[[psycopg.AsyncCursor[Any]], Awaitable[Any]]
-"""One statement that commits on its own, run on a cursor: a kept connection's own cursor,
-made once (a new cursor copies the connection's adapters, about a twentieth of a push)."""
+T = TypeVar("T")
+
+Statement = Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]]
+"""One statement that commits on its own, run on a cursor: a kept connection's own cursor, made
+once and used again."""
 
 
 def where(conninfo: str) -> str:
@@ -231,11 +233,11 @@ class Connections:
 
     async def run(
         self,
-        fn: Callable[[psycopg.AsyncConnection[Any]], Any],
+        fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
         *,
         work: bool = False,
         transaction: bool = True,
-    ) -> Any:
+    ) -> T:
         """`fn(conn)` on a pooled connection, in one transaction unless `transaction` is False
         (a single statement commits on its own, saving two round trips).
 
@@ -265,7 +267,7 @@ class Connections:
     def _new_kept(self) -> dict[Use, Kept]:
         return {use: Kept(self, self.plain if use == "push" else self.work) for use in USES}
 
-    async def kept_run(self, fn: Statement, use: Use) -> Any:
+    async def kept_run(self, fn: Statement[T], use: Use) -> T:
         """`fn(cursor)`, one statement that commits on its own, on the connection kept for
         `use` (one-row pushes; serve's claims; serve's groups of ends, in the workers' session)
         and its cursor, when that is free, else on a new cursor of a pooled connection. A store
@@ -282,8 +284,8 @@ class Connections:
             await self.get_pool(work=work)
             kept = self.kept[use]
         if self.owns_pool:
-            done, answer = await kept.run(with_work_settings(fn) if work and self.pooler else fn)
-            if done:
+            answer = await kept.run(with_work_settings(fn) if work and self.pooler else fn)
+            if not isinstance(answer, Busy):
                 return answer
         return await self.run(lambda conn: fn(conn.cursor()), work=work, transaction=False)
 
@@ -349,6 +351,13 @@ class Connections:
             await conn.close()
 
 
+class Busy:
+    """The answer of `Kept.run` when its connection is in use (`BUSY`, the one instance)."""
+
+
+BUSY = Busy()
+
+
 class Kept:
     """A connection a store keeps beside its pools for calls that come one at a time (a single
     producer's pushes, serve's claims, serve's groups of ends), which then skip the pool's
@@ -370,20 +379,19 @@ class Kept:
         self.lock = threading.Lock()  # taken without waiting: one call at a time
         self.closing = False  # close() came while a call held the lock: that call closes it
 
-    async def run(self, fn: Statement) -> tuple[bool, Any]:
-        """(True, `fn(cursor)`) on the kept connection's cursor, or (False, None) when it is
-        not free.
+    async def run(self, fn: Statement[T]) -> T | Busy:
+        """`fn(cursor)` on the kept connection's cursor, or `BUSY` when it is not free.
 
         Raises:
             StoreUnavailable: the connection could not be opened, or broke.
         """
         loop = asyncio.get_running_loop()
         if not self.lock.acquire(blocking=False):
-            return False, None
+            return BUSY
         try:
             owner = self.loop
             if owner is not None and owner is not loop and not owner.is_closed():
-                return False, None
+                return BUSY
             conn, cur = self.conn, self.cur
             if conn is None or cur is None or conn.closed:
                 conn = await self.connections.connect(**self.options)
@@ -391,7 +399,7 @@ class Kept:
                 self.conn, self.cur = conn, cur
             self.loop = loop
             try:
-                return True, await fn(cur)
+                return await fn(cur)
             except BaseException as error:
                 if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     # Broken, or cut off mid-statement: the next call opens a fresh one.

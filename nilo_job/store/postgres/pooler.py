@@ -17,9 +17,9 @@ libpq sees it (libpq refuses parameters it does not know); every other parameter
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import psycopg
@@ -88,9 +88,12 @@ def read_pooler(url: str, pooler: bool, listen_url: str | None) -> Pooler:
     return Pooler(conninfo, pooler, listen_url)
 
 
+T = TypeVar("T")
+
+
 def with_work_settings(
-    fn: Callable[[psycopg.AsyncCursor[Any]], Any],
-) -> Callable[[psycopg.AsyncCursor[Any]], Any]:
+    fn: Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]],
+) -> Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]]:
     """`fn` (a claim or ends on a kept connection's cursor) in a transaction of its own that
     first takes the workers' settings for itself alone (`WORK_LOCAL`): a commit that need not
     wait for the disk (losing one to a server crash can only make a row run again) and a plan
@@ -98,7 +101,7 @@ def with_work_settings(
     as fast as on a session of its own. (A pooled connection's transaction takes the same
     settings in `Connections.run`.)"""
 
-    async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
+    async def run(cur: psycopg.AsyncCursor[Any]) -> T:
         async with cur.connection.transaction():
             await cur.execute(WORK_LOCAL)
             return await fn(cur)

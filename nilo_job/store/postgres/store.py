@@ -165,14 +165,12 @@ class PostgresTable:
                 found = await (await cur.execute(query, params)).fetchone()
                 return [None if found is None else int(found[0])]
 
-            alone: list[int | None] = await self._connections.kept_run(one, "push")
-            return alone
+            return await self._connections.kept_run(one, "push")
 
         async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
             return [await insert(conn, row) for row in rows]
 
-        answers: list[int | None] = await self._connections.run(push)
-        return answers
+        return await self._connections.run(push)
 
     async def _push_bulk(self, rows: Sequence[NewRow]) -> list[int | None]:
         """Rows without unique keys in one statement, one NOTIFY for all of them.
@@ -193,8 +191,7 @@ class PostgresTable:
             cur = await conn.execute(SQL["push_bulk"], params)
             return [*sorted(int(found[0]) for found in await cur.fetchall())]
 
-        ids: list[int | None] = await self._connections.run(bulk, transaction=False)
-        return ids
+        return await self._connections.run(bulk, transaction=False)
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         tx = unwrap_django(tx)
@@ -235,7 +232,7 @@ class PostgresTable:
             ]
 
         # serve's claims come one at a time: on the connection kept for them.
-        claimed: list[Claimed] = await self._connections.kept_run(claim, "claim")
+        claimed = await self._connections.kept_run(claim, "claim")
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -244,10 +241,7 @@ class PostgresTable:
         if len(plain) == len(ends):
             # The common case, a batch of runs that simply finished: one statement, on the
             # connection kept for serve's ends (its groups are written one at a time).
-            done: list[bool] = await self._connections.kept_run(
-                lambda cur: delete_done(cur, plain), "end"
-            )
-            return done
+            return await self._connections.kept_run(lambda cur: delete_done(cur, plain), "end")
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
             applied = []
@@ -264,8 +258,7 @@ class PostgresTable:
                 applied.append(ok)
             return applied
 
-        answers: list[bool] = await self._connections.run(apply, work=True)
-        return answers
+        return await self._connections.run(apply, work=True)
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         async def hand_on(conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -275,16 +268,14 @@ class PostgresTable:
             await insert(conn, then)
             return True
 
-        done: bool = await self._connections.run(hand_on, work=True)
-        return done
+        return await self._connections.run(hand_on, work=True)
 
     async def cancel(self, row_id: int) -> bool:
         async def cancel(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(SQL["cancel"], (row_id,))
             return cur.rowcount == 1
 
-        gone: bool = await self._connections.run(cancel, transaction=False)
-        return gone
+        return await self._connections.run(cancel, transaction=False)
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
         row = await self._one(SQL["retry_dead"], (now_us, row_id))
@@ -316,8 +307,7 @@ class PostgresTable:
             cur = await conn.execute(SQL["dead_ones"], (limit,))
             return [dead_row(r) for r in await cur.fetchall()]
 
-        rows: list[DeadRow] = await self._connections.run(dead, transaction=False)
-        return rows
+        return await self._connections.run(dead, transaction=False)
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
         return await self.find(Where(state=check_state(state)), None, limit)
@@ -356,24 +346,21 @@ class PostgresTable:
             cur = await conn.execute(SQL["prune"], (before_us, limit))
             return cur.rowcount
 
-        gone: int = await self._connections.run(prune, transaction=False)
-        return gone
+        return await self._connections.run(prune, transaction=False)
 
     async def pause(self, kind: str, at_us: int) -> bool:
         async def pause(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(SQL["pause"], (kind, at_us))
             return cur.rowcount == 1
 
-        done: bool = await self._connections.run(pause, transaction=False)
-        return done
+        return await self._connections.run(pause, transaction=False)
 
     async def resume(self, kind: str) -> bool:
         async def resume(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(SQL["resume"], (kind,))
             return cur.rowcount == 1
 
-        done: bool = await self._connections.run(resume, transaction=False)
-        return done
+        return await self._connections.run(resume, transaction=False)
 
     async def paused(self) -> dict[str, int]:
         return {kind: int(at) for kind, at in await self._all(SQL["paused"])}
@@ -395,16 +382,14 @@ class PostgresTable:
             cur = await conn.execute(SQL["holding"], params)
             return [row_view(r) for r in await cur.fetchall()]
 
-        found: list[RowView] = await self._connections.run(holding, transaction=False)
-        return found
+        return await self._connections.run(holding, transaction=False)
 
     async def counts(self) -> dict[tuple[str, str], int]:
         async def counts(conn: psycopg.AsyncConnection[Any]) -> dict[tuple[str, str], int]:
             cur = await conn.execute(SQL["counts"])
             return {(kind, state): n for kind, state, n in await cur.fetchall()}
 
-        found: dict[tuple[str, str], int] = await self._connections.run(counts, transaction=False)
-        return found
+        return await self._connections.run(counts, transaction=False)
 
 
 def _hidden(url: str) -> str:

@@ -26,7 +26,7 @@ from .._sql import (
     dead_row,
     end_statement,
     find_statement,
-    keep_params,
+    keep_values,
     row_view,
     unwrap_django,
 )
@@ -246,7 +246,7 @@ class SqliteTable:
             applied = []
             for end in ends:
                 if isinstance(end, Done) and end.finished_at is not None:
-                    conn.execute(SQL["keep"], keep_params(end))
+                    conn.execute(SQL["keep"], keep_values(end))
                 ok = conn.execute(*_statement(end)).rowcount == 1
                 if ok and end.then is not None:
                     _insert(conn, [end.then])
