@@ -25,24 +25,20 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import overload
 
-from ._clock import Clock
-from ._codec import plain
 from ._errors import Refusal, is_int
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
-from ._observers import Observer, Observers
+from ._observers import Observer
 from ._operator import Operator, is_row_id
 from ._producer import Producer
-from ._spaces import Space, Statuses
+from ._spaces import Space
 from ._sync import SyncJobs
-from ._types import Dead, Flow, Found, Row, State, Stats, Status, Where
+from ._types import Dead, Flow, Found, Row, Stats, Status, Where
 from ._worker.drain import Drain
-from ._worker.ends import Ends
+from ._worker.parts import Parts
 from ._worker.pruner import Pruner
 from ._worker.runner import Runner
 from ._worker.server import Server
-from ._worker.ticks import Ticks
-from ._worker.wakeups import Wakeups
-from .store.contract import DeadRow, Store
+from .store.contract import Store
 
 RETENTION_MS = 3_600_000
 """How long a done row is kept by default, in milliseconds: an hour."""
@@ -128,75 +124,18 @@ class Jobs:
         deps_types = read_deps(deps)
         read = [read_kind(cls, deps_types, Jobs) for cls in kinds]
         check_unique_names(read)
-        self._kinds: dict[str, Kind] = {kind.name: kind for kind in read}
-        self.lease_ms = max([self.timeout_ms, *(k.timeout_ms or 0 for k in read)]) + 1_000
-
         # The parts, each handed the one clock; data flows down through them to the store.
-        self._clock = clock = Clock()
-        self._observers = observers = Observers()
-        self._statuses = statuses = Statuses(status)
-        self._wakeups = wakeups = Wakeups(clock)
-        ends = Ends(store, self.lease_ms, observers, wakeups, statuses)
-        ticks = Ticks(read, store, observers, wakeups)
-        self._producer = Producer(
-            kinds={kind.cls: kind for kind in read},
-            store=store,
-            clock=clock,
-            lease_ms=self.lease_ms,
-            statuses=statuses,
-            observers=observers,
-            wakeups=wakeups,
-            ends=ends,
-        )
-        self._runner = runner = Runner(
-            kinds=self._kinds,
-            queue=self,
-            deps=deps,
-            timeout_ms=self.timeout_ms,
-            store=store,
-            ends=ends,
-            ticks=ticks,
-            statuses=statuses,
-            observers=observers,
-            wakeups=wakeups,
-            keep=retention_ms > 0,
-        )
-        self._pruner = Pruner(store, retention_ms, clock.now) if retention_ms else None
-        self._server = Server(
-            store=store,
-            kinds=self._kinds,
-            clock=clock,
-            workers=workers,
-            poll_ms=self.poll_ms,
-            lease_ms=self.lease_ms,
-            timeout_ms=self.timeout_ms,
-            runner=runner,
-            ends=ends,
-            ticks=ticks,
-            observers=observers,
-            wakeups=wakeups,
-            pruner=self._pruner,
-        )
-        self._drain = Drain(
-            store=store,
-            names=tuple(self._kinds),
-            lease_ms=self.lease_ms,
-            runner=runner,
-            observers=observers,
-        )
-        self._ticks = ticks
-        self._operator = Operator(
-            store=store,
-            clock=clock,
-            kinds=self._kinds,
-            statuses=statuses,
-            ticks=ticks,
-            wakeups=wakeups,
-            paused=self._server.pauses.set,
-        )
+        self._parts = parts = Parts.build(store, read, status, self.timeout_ms)
+        self.lease_ms = parts.lease_ms
+        self._producer = Producer(parts)
+        self._runner = runner = Runner(parts, self, deps, keep=retention_ms > 0)
+        self._pruner = Pruner(store, retention_ms, parts.clock.now) if retention_ms else None
+        self._server = Server(parts, runner, workers, self.poll_ms, self._pruner)
+        self._drain = Drain(parts, runner)
+        self._operator = Operator(store, parts, on_pause=self._server.pauses.set)
 
     def __repr__(self) -> str:
-        names = list(self._kinds)
+        names = list(self._parts.kinds)
         return f"job.Jobs(kinds={names}, store={self.store!r}, workers={self.workers})"
 
     @property
@@ -217,12 +156,12 @@ class Jobs:
         """The blocking face of this queue, for code that does not run asyncio (Flask, Django,
         scripts): `jobs.sync.push(value)`, `jobs.sync.push_in(conn, value)`, `jobs.sync.cancel(id)`,
         `jobs.sync.stats()`, and the operator calls."""
-        return SyncJobs(self, self._wakeups.serving_loop)
+        return SyncJobs(self, self._parts.wakeups.serving_loop)
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
         """The kinds this queue runs, as read from their classes."""
-        return tuple(self._kinds.values())
+        return tuple(self._parts.kinds.values())
 
     # ----------------------------------------------------------------------------------- push
 
@@ -367,7 +306,7 @@ class Jobs:
         Raises:
             Refusal: `observer` lacks one of those methods.
         """
-        self._observers.add(observer)
+        self._parts.observers.add(observer)
 
     def wake(self) -> None:
         """Wake an idle worker of this process now, instead of at its next poll; on SQLite, the
@@ -376,7 +315,8 @@ class Jobs:
 
         Safe to call from any thread, and a no-op when nothing serves.
         """
-        self._wakeups.wake_at(None)
+        self._operator.wake()
+
         others = getattr(self.store, "wake_others", None)
         if callable(others):
             others()
@@ -398,15 +338,7 @@ class Jobs:
             Refusal: `row_id` is not an int.
             StoreUnavailable: the store cannot be reached.
         """
-        if not is_row_id(row_id):
-            return False
-        tick = await self._ticks.holding(row_id)
-        gone = await self.store.cancel(row_id)
-        if gone:
-            await self._statuses.forget(row_id)
-            if tick is not None:
-                await self._ticks.skip(*tick, self._clock.now())
-        return gone
+        return await self._operator.cancel(row_id)
 
     async def stats(self) -> Stats:
         """How many rows in the table are `queued`, `running` and `dead`, and how many `done`
@@ -415,7 +347,7 @@ class Jobs:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        return await self.store.stats()
+        return await self._operator.stats()
 
     async def dead_ones(self, limit: int = 1_000) -> list[Dead]:
         """The rows that failed for the last time, newest first, at most `limit`.
@@ -427,9 +359,7 @@ class Jobs:
             Refusal: `limit` is not a whole number from 1 to 100,000.
             StoreUnavailable: the store cannot be reached.
         """
-        if not is_int(limit, 1, 100_000):
-            raise Refusal(f"dead_ones(limit={limit!r}): a count of rows, from 1 to 100,000")
-        return [dead(row) for row in await self.store.dead_ones(limit)]
+        return await self._operator.dead_ones(limit)
 
     async def retry_dead(self, row_id: int) -> bool:
         """Queue a dead row again, due now, from its first attempt with the full retry budget.
@@ -441,13 +371,7 @@ class Jobs:
             Refusal: `row_id` is not an int.
             StoreUnavailable: the store cannot be reached.
         """
-        if not is_row_id(row_id):
-            return False
-        again = await self.store.retry_dead(row_id, self._clock.now())
-        if again:
-            await self._statuses.put(row_id, State.QUEUED, 0)
-            self.wake()
-        return again
+        return await self._operator.retry_dead(row_id)
 
     async def status(self, row_id: int) -> Status | None:
         """What the status Space remembers of the row, or None once it has forgotten it (or
@@ -457,9 +381,7 @@ class Jobs:
         Raises:
             Refusal: `row_id` is not an int.
         """
-        if not is_row_id(row_id) or self._statuses.space is None:
-            return None
-        return await self._statuses.get(row_id)
+        return await self._operator.status(row_id)
 
     async def progress(self, row_id: int, n: int) -> None:
         """Record how far the run of `row_id` has got (the kind decides what `n` means).
@@ -493,7 +415,7 @@ class Jobs:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        await self._ticks.seed_at(self._clock.now())
+        await self._parts.ticks.seed_at(self._parts.clock.now())
 
     async def seed_at(self, now_us: int) -> None:
         """Queue every schedule's first tick after `now_us` (µs since the epoch), for a test.
@@ -505,7 +427,7 @@ class Jobs:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        await self._ticks.seed_at(now_us)
+        await self._parts.ticks.seed_at(now_us)
 
     # ------------------------------------------------------------------------------ running
 
@@ -515,7 +437,7 @@ class Jobs:
         Returns:
             How many runs were called (a row killed without running is not counted).
         """
-        return await self._drain.drain_at(self._clock.now())
+        return await self._drain.drain_at(self._parts.clock.now())
 
     async def drain_at(self, now_us: int) -> int:
         """Run everything that would be due if it were `now_us` (microseconds since the epoch).
@@ -534,7 +456,7 @@ class Jobs:
 
     async def run_one(self) -> bool:
         """Run one row that is due now; False when none is."""
-        return await self._drain.run_one_at(self._clock.now())
+        return await self._drain.run_one_at(self._parts.clock.now())
 
     async def run_one_at(self, now_us: int) -> bool:
         """Run one row that would be due at `now_us` (µs since the epoch); False when none is.
@@ -716,12 +638,3 @@ class Jobs:
         if self._pruner is None:
             return 0
         return await self._pruner.prune_at(now_us)
-
-
-def dead(row: DeadRow) -> Dead:
-    """A dead row as users read it: its payload as plain values (it may no longer fit its
-    class)."""
-    return Dead(
-        row.id, row.kind, row.error, row.attempts, plain(row.payload), row.died_at, row.detail,
-        row.traceback,
-    )  # fmt: skip

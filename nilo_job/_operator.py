@@ -13,15 +13,12 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 
-from ._clock import Clock
 from ._codec import plain
 from ._errors import Refusal, is_int
-from ._kinds import Kind
-from ._spaces import Statuses
-from ._types import Flow, Found, Row, State, Where, is_unicode
-from ._worker.ticks import SCHEDULE_KEY, Ticks
-from ._worker.wakeups import Wakeups
-from .store.contract import INT64_MAX, INT64_MIN, RowView, Store
+from ._types import Dead, Flow, Found, Row, State, Stats, Status, Where, is_unicode
+from ._worker.parts import Parts
+from ._worker.ticks import SCHEDULE_KEY
+from .store.contract import INT64_MAX, INT64_MIN, DeadRow, RowView, Store
 
 BATCH = 500
 """Rows per transaction when acting on many rows."""
@@ -35,6 +32,15 @@ SAMPLE = 1_000
 _CURSOR = re.compile(r"^(-?\d{1,19})\.(\d{1,19})$")
 
 Target = Sequence[int] | Where
+
+
+def dead_of(row: DeadRow) -> Dead:
+    """A dead row as users read it: its payload as plain values (it may no longer fit its
+    class)."""
+    return Dead(
+        row.id, row.kind, row.error, row.attempts, plain(row.payload), row.died_at, row.detail,
+        row.traceback,
+    )  # fmt: skip
 
 
 def row_of(view: RowView) -> Row:
@@ -83,26 +89,78 @@ def percentile(values: Sequence[int], q: float) -> float:
 
 
 class Operator:
-    """The operator's calls of one queue (see the module's docstring)."""
+    """The operator's calls over one queue's rows, one row or many (see the module's docstring).
+
+    Args:
+        store: the table's store.
+        parts: the queue's parts; None for the table alone (no kinds known, no status Space),
+            as the command line and the dashboard may use it.
+        on_pause: called with the paused kinds after a pause or a resume, to tell this
+            process's serve at once.
+    """
 
     def __init__(
         self,
-        *,
         store: Store,
-        clock: Clock,
-        kinds: dict[str, Kind],
-        statuses: Statuses,
-        ticks: Ticks,
-        wakeups: Wakeups,
-        paused: Callable[[dict[str, int]], None],
+        parts: Parts | None = None,
+        on_pause: Callable[[dict[str, int]], None] | None = None,
     ) -> None:
+        parts = Parts.build(store) if parts is None else parts
         self.store = store
-        self.clock = clock
-        self.kinds = kinds
-        self.statuses = statuses
-        self.ticks = ticks
-        self.wakeups = wakeups
-        self.on_pause = paused  # tells this process's serve at once
+        self.clock = parts.clock
+        self.kinds = parts.kinds
+        self.statuses = parts.statuses
+        self.ticks = parts.ticks
+        self.wakeups = parts.wakeups
+        self.on_pause = on_pause
+
+    # --------------------------------------------------------------------------- one row
+
+    async def cancel(self, row_id: int) -> bool:
+        """`Jobs.cancel`."""
+        if not is_row_id(row_id):
+            return False
+        tick = await self.ticks.holding(row_id)
+        gone = await self.store.cancel(row_id)
+        if gone:
+            await self.statuses.forget(row_id)
+            if tick is not None:
+                await self.ticks.skip(*tick, self.clock.now())
+        return gone
+
+    async def stats(self) -> Stats:
+        """`Jobs.stats`."""
+        return await self.store.stats()
+
+    async def dead_ones(self, limit: int) -> list[Dead]:
+        """`Jobs.dead_ones`."""
+        if not is_int(limit, 1, 100_000):
+            raise Refusal(f"dead_ones(limit={limit!r}): a count of rows, from 1 to 100,000")
+        return [dead_of(row) for row in await self.store.dead_ones(limit)]
+
+    async def retry_dead(self, row_id: int) -> bool:
+        """`Jobs.retry_dead`."""
+        if not is_row_id(row_id):
+            return False
+        again = await self.store.retry_dead(row_id, self.clock.now())
+        if again:
+            await self.statuses.put(row_id, State.QUEUED, 0)
+            self.wake()
+        return again
+
+    async def status(self, row_id: int) -> Status | None:
+        """`Jobs.status`."""
+        if not is_row_id(row_id) or self.statuses.space is None:
+            return None
+        return await self.statuses.get(row_id)
+
+    def wake(self) -> None:
+        """`Jobs.wake`: this process's serve, and on SQLite the other processes serving the
+        file."""
+        self.wakeups.wake_at(None)
+        others = getattr(self.store, "wake_others", None)
+        if callable(others):
+            others()
 
     # ------------------------------------------------------------------------------ reading
 
@@ -236,13 +294,15 @@ class Operator:
     async def pause(self, kind: str) -> bool:
         self._known(kind, "pause")
         paused = await self.store.pause(kind, self.clock.now())
-        self.on_pause(await self.store.paused())
+        if self.on_pause is not None:
+            self.on_pause(await self.store.paused())
         return paused
 
     async def resume(self, kind: str) -> bool:
         self._known(kind, "resume")
         resumed = await self.store.resume(kind)
-        self.on_pause(await self.store.paused())
+        if self.on_pause is not None:
+            self.on_pause(await self.store.paused())
         return resumed
 
     def _known(self, kind: object, verb: str) -> None:

@@ -17,51 +17,30 @@ import functools
 from collections.abc import Sequence
 from datetime import datetime
 
-from ._clock import Clock, datetime_to_us
+from ._clock import datetime_to_us
 from ._errors import Refusal, is_int
 from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
-from ._observers import Observers
 from ._process import worker
-from ._spaces import Space, Statuses
+from ._spaces import Space
 from ._types import State
-from ._worker.ends import Ends
 from ._worker.feed import Feed
-from ._worker.wakeups import Wakeups
-from .store.contract import INT64_MAX, INT64_MIN, Claimed, NewRow, Store
+from ._worker.parts import Parts
+from .store.contract import INT64_MAX, INT64_MIN, Claimed, NewRow
 
 
 class Producer:
-    """Pushes rows of one queue's kinds.
+    """Pushes rows of one queue's kinds, through the queue's `parts`."""
 
-    Args:
-        kinds: the queue's kinds by class.
-        store: where rows are written.
-        clock: the queue's clock, for `after_ms` and a claim made at push.
-        lease_ms: the lease a row claimed at push gets, in milliseconds.
-        statuses, observers, wakeups, ends: the queue's parts this writes through.
-    """
-
-    def __init__(
-        self,
-        *,
-        kinds: dict[type, Kind],
-        store: Store,
-        clock: Clock,
-        lease_ms: int,
-        statuses: Statuses,
-        observers: Observers,
-        wakeups: Wakeups,
-        ends: Ends,
-    ) -> None:
-        self.kinds = kinds
-        self.store = store
-        self.clock = clock
-        self.lease_ms = lease_ms
-        self.statuses = statuses
-        self.observers = observers
-        self.wakeups = wakeups
-        self.ends = ends
+    def __init__(self, parts: Parts) -> None:
+        self.kinds = {kind.cls: kind for kind in parts.kinds.values()}
+        self.store = parts.store
+        self.clock = parts.clock  # for `after_ms`, and a claim made at push
+        self.lease_ms = parts.lease_ms  # the lease a row claimed at push gets
+        self.statuses = parts.statuses
+        self.observers = parts.observers
+        self.wakeups = parts.wakeups
+        self.ends = parts.ends
         # Concurrent pushes of this queue share a transaction (see Grouped).
         self.grouped: Grouped[NewRow, int | None] = Grouped(self._write)
 

@@ -17,7 +17,7 @@ async def until_idle(jobs: job.Jobs) -> None:
     """Until serve's workers all wait for a row (serve has started and claimed nothing)."""
     async with asyncio.timeout(10):
         while True:
-            feed = jobs._wakeups.feed
+            feed = jobs._parts.wakeups.feed
             if feed is not None and len(feed.idle) == jobs.workers:
                 return
             await asyncio.sleep(0)

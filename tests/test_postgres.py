@@ -610,8 +610,8 @@ async def test_serve_follows_the_database_clock(pg_url: str) -> None:
     database_now = await table.now_us()
     assert database_now is not None
     assert abs(database_now - job.now_us()) < 5_000_000
-    await jobs._clock.follow(jobs.store.now_us)
-    assert abs(jobs._clock.now() - job.now_us()) < 1_000_000
+    await jobs._parts.clock.follow(jobs.store.now_us)
+    assert abs(jobs._parts.clock.now() - job.now_us()) < 1_000_000
     await table.close()
 
 

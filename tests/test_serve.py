@@ -118,7 +118,7 @@ async def test_runs_leave_no_reference_cycles_for_the_garbage_collector(store: S
             await jobs.push_many([Counted(n) for n in range(200)])
             async with asyncio.timeout(30):
                 await _all_ran.wait()
-            feed = jobs._wakeups.feed
+            feed = jobs._parts.wakeups.feed
             assert feed is not None
             await until("every run's end written", lambda: not feed.tasks)
             gc.set_debug(gc.DEBUG_SAVEALL)
@@ -445,7 +445,7 @@ async def test_due_times_already_past_do_not_crowd_out_a_later_one(
     jobs = job.Jobs(
         kinds=[Busy, Later, Counted], store=job.Memory(bytes=1 << 20), workers=1, poll_ms=60_000
     )
-    clock = jobs._clock  # the queue's clock; it runs offset_us ahead of the host's
+    clock = jobs._parts.clock  # the queue's clock; it runs offset_us ahead of the host's
     async with jobs.serving(grace_ms=1_000):
         await jobs.push(Busy())
         await _wait_mark("busy")

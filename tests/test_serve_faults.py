@@ -179,7 +179,7 @@ async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store:
         space.armed = True  # the push's own status write fails
         pushing = asyncio.create_task(jobs.push(Quick(1)))
         async with asyncio.timeout(10):
-            while jobs._wakeups.feed is None or jobs._wakeups.feed.promised == 0:  # noqa: ASYNC110 (turns of the loop, bounded)
+            while jobs._parts.wakeups.feed is None or jobs._parts.wakeups.feed.promised == 0:  # noqa: ASYNC110 (turns of the loop, bounded)
                 await asyncio.sleep(0)
             # The claim loop's poll ends while the push is in flight: it sees no free worker
             # (the idle one is promised) and waits for a wake-up, with no timeout.
@@ -268,7 +268,7 @@ async def test_a_timed_out_thread_keeps_its_worker_when_recording_its_end_fails(
                 await space.failed.wait()  # Stuck timed out; writing its end fails
             free = False
             for _ in range(200):  # a bounded number of turns of the loop
-                feed = jobs._wakeups.feed
+                feed = jobs._parts.wakeups.feed
                 if _probe_saw or (feed is not None and feed.idle):
                     free = True
                     break
@@ -459,7 +459,7 @@ async def test_an_end_written_past_the_grace_reaches_observers_and_status(
     async with asyncio.timeout(10):
         while not (writes and len(_ran) == 2):  # noqa: ASYNC110 (turns of the loop, bounded)
             await asyncio.sleep(0)
-    feed = jobs._wakeups.feed
+    feed = jobs._parts.wakeups.feed
     assert feed is not None
     stopping = asyncio.create_task(_stop(serving))
     async with asyncio.timeout(10):

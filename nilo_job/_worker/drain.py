@@ -11,36 +11,21 @@ from __future__ import annotations
 import time
 
 from .._errors import Refusal, is_int
-from .._observers import Observers
 from .._process import worker
-from ..store.contract import INT64_MAX, INT64_MIN, Store
+from ..store.contract import INT64_MAX, INT64_MIN
+from .parts import Parts
 from .runner import Runner
 
 
 class Drain:
-    """Runs one queue's due rows at a given moment.
+    """Runs one queue's due rows at a given moment, through the queue's `parts` and `runner`."""
 
-    Args:
-        store: the queue's store.
-        names: the kinds it may claim.
-        lease_ms: the lease a claim takes, in milliseconds (on the drain's clock).
-        runner, observers: the queue's parts.
-    """
-
-    def __init__(
-        self,
-        *,
-        store: Store,
-        names: tuple[str, ...],
-        lease_ms: int,
-        runner: Runner,
-        observers: Observers,
-    ) -> None:
-        self.store = store
-        self.names = names
-        self.lease_ms = lease_ms
+    def __init__(self, parts: Parts, runner: Runner) -> None:
+        self.store = parts.store
+        self.names = tuple(parts.kinds)
+        self.lease_ms = parts.lease_ms  # the lease a claim takes, on the drain's clock
         self.runner = runner
-        self.observers = observers
+        self.observers = parts.observers
 
     async def run_one_at(self, now_us: int, names: tuple[str, ...] | None = None) -> bool:
         """`Jobs.run_one_at`: True if a run was called. `names` are the kinds to claim (None:

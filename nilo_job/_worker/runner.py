@@ -22,16 +22,13 @@ import msgspec
 
 from .._errors import BadPayload
 from .._kinds import Kind
-from .._observers import Observers
-from .._spaces import Statuses
 from .._types import Missed, Overlap, State, Tick
-from ..store.contract import Claimed, Died, Done, NewRow, Released, Store
+from ..store.contract import Claimed, Died, Done, NewRow, Released
 from . import outcome
 from .calling import Execution, arguments, call_async, call_in_thread
-from .ends import Ending, Ends
+from .ends import Ending
 from .outcome import MESSAGE_CHARS, storable
-from .ticks import Ticks
-from .wakeups import Wakeups
+from .parts import Parts
 
 log = logging.getLogger("nilo_job")
 
@@ -65,41 +62,24 @@ class Runner:
     """Runs the claimed rows of one queue, one `execute` per row.
 
     Args:
-        kinds: the queue's kinds by name.
+        parts: the queue's parts.
         queue: the value a run gets for a parameter annotated `job.Jobs`.
         deps: the object whose fields answer a run's other parameters.
-        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
-        store: for a schedule's key handed on as its tick starts.
-        ends, ticks, statuses, observers, wakeups: the queue's parts this writes through.
         keep: keep done rows as history, with their run's result (the queue's retention).
     """
 
-    def __init__(
-        self,
-        *,
-        kinds: dict[str, Kind],
-        queue: object,
-        deps: object,
-        timeout_ms: int,
-        store: Store,
-        ends: Ends,
-        ticks: Ticks,
-        statuses: Statuses,
-        observers: Observers,
-        wakeups: Wakeups,
-        keep: bool = False,
-    ) -> None:
-        self.kinds = kinds
-        self.keep = keep  # done rows are kept as history (the queue's retention is on)
+    def __init__(self, parts: Parts, queue: object, deps: object, *, keep: bool = False) -> None:
+        self.kinds = parts.kinds
+        self.keep = keep
         self.queue = queue
         self.deps = deps
-        self.timeout_ms = timeout_ms
-        self.store = store
-        self.ends = ends
-        self.ticks = ticks
-        self.statuses = statuses
-        self.observers = observers
-        self.wakeups = wakeups
+        self.timeout_ms = parts.timeout_ms
+        self.store = parts.store
+        self.ends = parts.ends
+        self.ticks = parts.ticks
+        self.statuses = parts.statuses
+        self.observers = parts.observers
+        self.wakeups = parts.wakeups
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self.busy: dict[int, Execution] = {}
         self.progress_of: dict[int, int] = {}

@@ -19,19 +19,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
-from .._clock import Clock, now_us
+from .._clock import now_us
 from .._errors import Refusal, is_int
-from .._kinds import Kind
-from .._observers import Observers
 from .._process import worker
-from ..store.contract import Claimed, Store
-from .ends import Ends
+from ..store.contract import Claimed
 from .feed import Feed
+from .parts import Parts
 from .pauses import Pauses, served
 from .pruner import Pruner
 from .runner import Runner
-from .ticks import Ticks
-from .wakeups import Wakeup, Wakeups
+from .wakeups import Wakeup
 
 log = logging.getLogger("nilo_job")
 
@@ -46,51 +43,32 @@ class Server:
     """Serves one queue in this process.
 
     Args:
-        store: the queue's store.
-        kinds: the queue's kinds by name (their timeouts decide whether a row claimed ahead
-            can still start).
-        clock: the queue's clock, which serve keeps in step with the store's.
+        parts: the queue's parts.
+        runner: runs each claimed row.
         workers: rows running at once.
         poll_ms: the longest sleep with nothing due, in milliseconds.
-        lease_ms: the lease a claim takes, in milliseconds.
-        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
-        runner, ends, ticks, observers, wakeups: the queue's parts this drives.
         pruner: deletes done rows past the queue's retention while serve runs (None: the queue
             keeps none).
     """
 
     def __init__(
-        self,
-        *,
-        store: Store,
-        kinds: dict[str, Kind],
-        clock: Clock,
-        workers: int,
-        poll_ms: int,
-        lease_ms: int,
-        timeout_ms: int,
-        runner: Runner,
-        ends: Ends,
-        ticks: Ticks,
-        observers: Observers,
-        wakeups: Wakeups,
-        pruner: Pruner | None = None,
+        self, parts: Parts, runner: Runner, workers: int, poll_ms: int, pruner: Pruner | None
     ) -> None:
-        self.store = store
-        self.kinds = kinds
-        self.names = tuple(kinds)  # the kinds serve runs
-        self.pauses = Pauses(store, wakeups, poll_ms)  # and of those, the ones not paused
+        self.store = parts.store
+        self.kinds = parts.kinds
+        self.names = tuple(parts.kinds)  # the kinds serve runs
+        self.pauses = Pauses(parts.store, parts.wakeups, poll_ms)  # and of those, not paused
         self.pruner = pruner
-        self.clock = clock
+        self.clock = parts.clock
         self.workers = workers
         self.poll_ms = poll_ms
-        self.lease_ms = lease_ms
-        self.timeout_ms = timeout_ms
+        self.lease_ms = parts.lease_ms
+        self.timeout_ms = parts.timeout_ms
         self.runner = runner
-        self.ends = ends
-        self.ticks = ticks
-        self.observers = observers
-        self.wakeups = wakeups
+        self.ends = parts.ends
+        self.ticks = parts.ticks
+        self.observers = parts.observers
+        self.wakeups = parts.wakeups
         self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
         # serve's context (each run gets a copy); the claim loop awaits a claim; serve stops.
         self.context, self.claiming, self.stopping = contextvars.Context(), False, False

@@ -18,17 +18,12 @@ from typing import TypeVar
 
 import click
 
-from .._clock import Clock, now_us
+from .._clock import now_us
 from .._errors import JobError, Refusal
 from .._jobs import Jobs
-from .._jobs import dead as dead_value
 from .._kinds import name_problem
-from .._observers import Observers
 from .._operator import Operator
-from .._spaces import Statuses
 from .._types import Dead, Found, Row, Stats, Where
-from .._worker.ticks import Ticks
-from .._worker.wakeups import Wakeups
 from ..store._table import Table
 from ..store.contract import Store
 from ._load import load
@@ -52,18 +47,8 @@ class Target:
     async def _table(self) -> Operator:
         """The operator calls over the table alone, on the database's clock where it has one."""
         if self._operator is None:
-            clock = Clock()
-            await clock.follow(self.store.now_us)
-            wakeups = Wakeups(clock)
-            self._operator = Operator(
-                store=self.store,
-                clock=clock,
-                kinds={},
-                statuses=Statuses(None),
-                ticks=Ticks((), self.store, Observers(), wakeups),
-                wakeups=wakeups,
-                paused=lambda _paused: None,
-            )
+            self._operator = Operator(self.store)
+            await self._operator.clock.follow(self.store.now_us)
         return self._operator
 
     async def stats(self) -> Stats:
@@ -78,7 +63,7 @@ class Target:
         """The dead rows, newest first."""
         if self.jobs is not None:
             return await self.jobs.dead_ones(limit)
-        return [dead_value(row) for row in await self.store.dead_ones(limit)]
+        return await (await self._table()).dead_ones(limit)
 
     async def row(self, row_id: int) -> Row | None:
         """Row `row_id`'s whole story, or None."""

@@ -1,0 +1,82 @@
+"""The parts of one queue that every piece of it shares, built once.
+
+`Jobs` builds its `Parts` from its store, its kinds, its status Space and its timeout; the
+producer, the runner, serve, the drain and the operator each take the one value instead of a
+dozen arguments. Every part keeps the same clock, so that a test's `drain_at` moment and serve's
+store clock reach the claim, the lease, a retry's wait and a schedule's next tick alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._clock import Clock
+from .._kinds import Kind
+from .._observers import Observers
+from .._spaces import Space, Statuses
+from ..store.contract import Store
+from .ends import Ends
+from .ticks import Ticks
+from .wakeups import Wakeups
+
+TIMEOUT_MS = 60_000
+"""A run's timeout when neither its kind nor the queue names one, in milliseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What the pieces of one queue share.
+
+    Attributes:
+        store: where the rows are.
+        kinds: the queue's kinds by name.
+        clock: the queue's clock (µs), kept in step with the store's by serve.
+        observers: told of every push, claim, run and end.
+        statuses: the status Space, or none.
+        wakeups: how serve in this process hears of work before its poll.
+        ends: the one way an end goes to the store.
+        ticks: the schedules' tick rows.
+        timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
+        lease_ms: the lease a claim takes, in milliseconds: the longest timeout of the kinds
+            and the queue, plus a second.
+    """
+
+    store: Store
+    kinds: dict[str, Kind]
+    clock: Clock
+    observers: Observers
+    statuses: Statuses
+    wakeups: Wakeups
+    ends: Ends
+    ticks: Ticks
+    timeout_ms: int
+    lease_ms: int
+
+    @classmethod
+    def build(
+        cls,
+        store: Store,
+        kinds: Sequence[Kind] = (),
+        status: Space | None = None,
+        timeout_ms: int = TIMEOUT_MS,
+    ) -> Parts:
+        """The parts of a queue of `kinds` over `store`; with no kinds, those of its table
+        alone (what the command line and the dashboard read and act on without the queue)."""
+        lease_ms = max([timeout_ms, *(kind.timeout_ms or 0 for kind in kinds)]) + 1_000
+        clock = Clock()
+        observers = Observers()
+        statuses = Statuses(status)
+        wakeups = Wakeups(clock)
+        return cls(
+            store=store,
+            kinds={kind.name: kind for kind in kinds},
+            clock=clock,
+            observers=observers,
+            statuses=statuses,
+            wakeups=wakeups,
+            ends=Ends(store, lease_ms, observers, wakeups, statuses),
+            ticks=Ticks(kinds, store, observers, wakeups),
+            timeout_ms=timeout_ms,
+            lease_ms=lease_ms,
+        )
