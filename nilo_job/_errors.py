@@ -82,3 +82,19 @@ def is_int(value: object, least: int | None = None, most: int | None = None) -> 
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     return (least is None or value >= least) and (most is None or value <= most)
+
+
+def refuse_within(within: object) -> None:
+    """Refuse `within` given to `push_in`: a Space cannot roll back with the caller's
+    transaction.
+
+    Raises:
+        Refusal: `within` is not None.
+    """
+    if within is not None:
+        raise Refusal(
+            "push_in cannot take within=...: the row commits or rolls back with your "
+            "transaction, and a Space cannot roll back with it (a rolled-back push_in would "
+            "leave its mark for the whole window). Use unique=... (the table's own index) "
+            "here, or push(..., within=...) outside the transaction"
+        )

@@ -120,8 +120,8 @@ class Grouped(Generic[T, R]):
             except BaseException:
                 self._next(loop)
                 raise
-            # Alone: the next SKIP_TURNS writes go without that turn (it costs a lone producer
-            # a few per cent of a push); with company, every write takes it.
+            # Alone: the next SKIP_TURNS writes go without that turn; with company, every
+            # write takes it.
             if not self.pending:
                 self.skip_turns = self.SKIP_TURNS
         else:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import overload
 
-from ._errors import Refusal, is_int
+from ._errors import Refusal, is_int, refuse_within
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
 from ._observers import Observer
 from ._operator import Operator, is_row_id
@@ -156,7 +156,7 @@ class Jobs:
         """The blocking face of this queue, for code that does not run asyncio (Flask, Django,
         scripts): `jobs.sync.push(value)`, `jobs.sync.push_in(conn, value)`, `jobs.sync.cancel(id)`,
         `jobs.sync.stats()`, and the operator calls."""
-        return SyncJobs(self, self._parts.wakeups.serving_loop)
+        return SyncJobs(self, self._parts.wakeups.serving_loop, self._producer.push_in_now)
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
@@ -288,13 +288,7 @@ class Jobs:
             Refusal: `tx` is not one the store can write through (the message lists them), the
                 store is a `job.Memory`, `within` is given, or the options cannot go together.
         """
-        if within is not None:
-            raise Refusal(
-                "push_in cannot take within=...: the row commits or rolls back with your "
-                "transaction, and a Space cannot roll back with it (a rolled-back push_in would "
-                "leave its mark for the whole window). Use unique=... (the table's own index) "
-                "here, or push(..., within=...) outside the transaction"
-            )
+        refuse_within(within)
         return await self._producer.push_in(tx, value, after_ms, at, unique)
 
     def observe(self, observer: Observer) -> None:
@@ -316,10 +310,6 @@ class Jobs:
         Safe to call from any thread, and a no-op when nothing serves.
         """
         self._operator.wake()
-
-        others = getattr(self.store, "wake_others", None)
-        if callable(others):
-            others()
 
     # ------------------------------------------------------------------------- reading rows
 

@@ -19,10 +19,9 @@ os.register_at_fork(after_in_child=_forked)
 
 
 def pid() -> int:
-    """This process's id, as `os.getpid()` answers it, without its system call (~0.25 µs, more
-    on a cold path): kept up to date in a forked child by `os.register_at_fork`. Parts that
-    must notice a fork (a pool or a thread of the parent's is not the child's) compare it on
-    every call."""
+    """This process's id, as `os.getpid()` answers it, without its system call: kept up to date
+    in a forked child by `os.register_at_fork`. Parts that must notice a fork (a pool or a
+    thread of the parent's is not the child's) compare it on every call."""
     return _pid
 
 

@@ -230,3 +230,29 @@ class Producer:
             (row_id,) = await self.store.push_in(tx, [row])
             self.observers.pushed([row], [row_id])
         return row_id
+
+    def push_in_now(
+        self,
+        tx: object,
+        value: object,
+        after_ms: int | None,
+        at: int | datetime | None,
+        unique: str | None,
+    ) -> int | None:
+        """`push_in` through a synchronous connection or session, in the caller's thread
+        (`jobs.sync.push_in`), with the store's `push_in_now`.
+
+        Raises:
+            Refusal: the store writes through no synchronous transaction, or as `push_in`.
+        """
+        kind, row = self.new_row(value, after_ms, at, unique)
+        push_in_now = getattr(self.store, "push_in_now", None)
+        if not callable(push_in_now):
+            raise Refusal(
+                f"jobs.sync.push_in: {self.store!r} writes push_in only through an async "
+                "connection or session: use await jobs.push_in(...)"
+            )
+        with self.observers.pushing(kind.name):
+            answers: list[int | None] = push_in_now(tx, [row])
+            self.observers.pushed([row], answers)
+        return answers[0]

@@ -14,13 +14,18 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from ._errors import Refusal
+from ._errors import Refusal, refuse_within
 from ._process import pid
 from ._spaces import Space
 from ._types import Dead, Flow, Found, Row, Stats, Status, Where
 from .store.contract import Store
 
 T = TypeVar("T")
+
+
+PushInNow = Callable[[object, object, int | None, int | datetime | None, str | None], int | None]
+"""`push_in` through a synchronous transaction, in the caller's thread: (tx, value, after_ms, at,
+unique) to the new row's id, or None."""
 
 
 class AsyncFace(Protocol):
@@ -84,6 +89,7 @@ class SyncJobs:
         jobs: the queue whose async calls are bridged.
         serving_loop: the event loop `serve` runs on in this process, or None; calls go there
             when it runs, and to the bridge's own loop otherwise.
+        push_in_now: `push_in` through the caller's synchronous transaction, run right here.
 
     Raises:
         Refusal: a method is called from inside a running event loop (use the async API there).
@@ -93,8 +99,10 @@ class SyncJobs:
         self,
         jobs: AsyncFace,
         serving_loop: Callable[[], asyncio.AbstractEventLoop | None],
+        push_in_now: PushInNow,
     ) -> None:
         self._jobs = jobs
+        self._push_in_now = push_in_now  # push_in through a synchronous transaction, here
         self._serving_loop = serving_loop  # serve's loop in this process, if it runs here
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -160,19 +168,11 @@ class SyncJobs:
         """`Jobs.push_in` through a synchronous connection or session, in this thread.
 
         Raises:
-            Refusal: `tx` needs awaiting (an async connection or session): use the async API.
+            Refusal: `tx` needs awaiting (an async connection or session): use the async API;
+                or as for `Jobs.push_in`.
         """
-        coro = self._jobs.push_in(tx, value, after_ms=after_ms, at=at, unique=unique, within=within)
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            answer: int | None = done.value
-            return answer
-        coro.close()
-        raise Refusal(
-            f"jobs.sync.push_in got a {type(tx).__qualname__}, which must be awaited: use "
-            "await jobs.push_in(...) with an async connection or session"
-        )
+        refuse_within(within)
+        return self._push_in_now(tx, value, after_ms, at, unique)
 
     def wake(self) -> None:
         """`Jobs.wake`."""

@@ -3,9 +3,8 @@
 Every process that serves prunes (the batches are one statement each, so several processes
 pruning at once only share the work). A batch deletes at most `BATCH` rows, oldest first; after a
 full batch the pruner rests for `REST` times as long as the batch took, so it holds the table
-about half a percent of the time and a claim seldom waits behind it (with a rest of 20 times,
-one claim in twenty overlapped a batch and the claims' p99 rose by 1.7 times; with 200, the p99
-stayed within the noise: `docs/bench.md`). Once nothing is left to prune it looks again after
+a small part of the time and a claim seldom waits behind it. Once nothing is left to prune it
+looks again after
 `EVERY_S`.
 
 That pace prunes a few thousand rows a second. A queue that finishes more than that for longer

@@ -131,6 +131,14 @@ class Memory:
         return self._last_id
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        return self.push_in_now(tx, rows)
+
+    def push_in_now(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        """Refused: Memory has no transaction to commit with.
+
+        Raises:
+            Refusal: always.
+        """
         raise Refusal(
             "push_in writes through your database transaction, and job.Memory has none to "
             "commit with: use push, or a job.Table store"

@@ -27,9 +27,6 @@ every row).
 Every connection has a bounded connect time: `connect_timeout` from the URL, or 10 s. A server
 that cannot be reached within it, and the driver's errors that mean the table is missing or
 older than this version, are `StoreUnavailable` with a sentence naming the server.
-
-(A little over 400 lines: `Kept` opens its connection with this module's `connect` and says its
-errors with `unavailable`, so it stays beside `Connections`.)
 """
 
 from __future__ import annotations
@@ -361,7 +358,7 @@ BUSY = Busy()
 class Kept:
     """A connection a store keeps beside its pools for calls that come one at a time (a single
     producer's pushes, serve's claims, serve's groups of ends), which then skip the pool's
-    checkout and return: about 60 µs of CPU a call on the benchmark's machine.
+    checkout and return.
 
     It is opened at the first call, with one cursor that every call uses, and serves one call
     at a time, on the event loop that opened it (or on another once that loop is closed); `run`

@@ -28,8 +28,7 @@ def numbers(values: Sequence[int | None]) -> str:
 def texts(values: tuple[str, ...]) -> str:
     """`values` as a PostgreSQL array literal ('{"a","b"}'), for a `%s::text[]` parameter: every
     element quoted, its backslashes and double quotes escaped. Cached: every claim of a serve
-    passes the same kinds, and psycopg would build a binary array from the list each time
-    (about 40 µs of an idle worker's claim on the benchmark's machine)."""
+    passes the same kinds, and psycopg would build a binary array from the list each time."""
     quoted = ('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values)
     return "{" + ",".join(quoted) + "}"
 

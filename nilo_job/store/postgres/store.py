@@ -198,15 +198,48 @@ class PostgresTable:
         if isinstance(tx, psycopg.AsyncConnection):
             _check_in_transaction(tx.info.transaction_status, tx.autocommit)
             return [await insert(tx, row) for row in rows]
+        if _is_async_sqlalchemy(tx):
+            from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+            assert isinstance(tx, AsyncSession | AsyncConnection)
+            statement = _sqlalchemy_push()
+            answers: list[int | None] = []
+            for row in rows:
+                found = (await tx.execute(statement, params(row))).first()
+                answers.append(None if found is None else int(found[0]))
+            return answers
+        return self.push_in_now(tx, rows)
+
+    def push_in_now(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        """`push_in` through a synchronous transaction (a psycopg `Connection`, a SQLAlchemy
+        `Session` or `Connection`, Django's `connection`), in the caller's thread.
+
+        Raises:
+            Refusal: `tx` must be awaited, or is none this store can write through.
+        """
+        tx = unwrap_django(tx)
+        answers: list[int | None] = []
         if isinstance(tx, psycopg.Connection):
             _check_in_transaction(tx.info.transaction_status, tx.autocommit)
-            answers: list[int | None] = []
             for row in rows:
                 found = tx.execute(*insert_statement(row)).fetchone()
                 answers.append(None if found is None else found[0])
             return answers
+        if isinstance(tx, psycopg.AsyncConnection) or _is_async_sqlalchemy(tx):
+            raise Refusal(
+                f"jobs.sync.push_in got a {type(tx).__qualname__}, which must be awaited: use "
+                "await jobs.push_in(...) with an async connection or session"
+            )
         if type(tx).__module__.startswith("sqlalchemy"):
-            return await _push_sqlalchemy(tx, rows)
+            from sqlalchemy import Connection
+            from sqlalchemy.orm import Session
+
+            if isinstance(tx, Session | Connection):
+                statement = _sqlalchemy_push()
+                for row in rows:
+                    found = tx.execute(statement, params(row)).first()
+                    answers.append(None if found is None else int(found[0]))
+                return answers
         raise Refusal(f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}")
 
     async def claim(
@@ -412,23 +445,17 @@ def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool) -> Non
     )
 
 
-async def _push_sqlalchemy(tx: object, rows: Sequence[NewRow]) -> list[int | None]:
-    """Write through a SQLAlchemy Session, AsyncSession, Connection or AsyncConnection."""
-    from sqlalchemy import Connection, text
+def _is_async_sqlalchemy(tx: object) -> bool:
+    """Whether `tx` is a SQLAlchemy `AsyncSession` or `AsyncConnection`."""
+    if not type(tx).__module__.startswith("sqlalchemy"):
+        return False
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-    from sqlalchemy.orm import Session
 
-    statement = text(SQL["push_sqlalchemy"])
-    answers: list[int | None] = []
-    for row in rows:
-        if isinstance(tx, AsyncSession | AsyncConnection):
-            result = await tx.execute(statement, params(row))
-        elif isinstance(tx, Session | Connection):
-            result = tx.execute(statement, params(row))
-        else:
-            raise Refusal(
-                f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"
-            )
-        found = result.first()
-        answers.append(None if found is None else int(found[0]))
-    return answers
+    return isinstance(tx, AsyncSession | AsyncConnection)
+
+
+def _sqlalchemy_push() -> Any:
+    """The push statement as SQLAlchemy's `text`."""
+    from sqlalchemy import text
+
+    return text(SQL["push_sqlalchemy"])

@@ -192,6 +192,14 @@ class SqliteTable:
             self._signals.send(min(due))
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        return self.push_in_now(tx, rows)
+
+    def push_in_now(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
+        """`push_in`, in the caller's thread: a `sqlite3.Connection` is synchronous.
+
+        Raises:
+            Refusal: `tx` is no connection with an open transaction on this store's file.
+        """
         tx = unwrap_django(tx)
         if not isinstance(tx, sqlite3.Connection):
             raise Refusal(
