@@ -13,7 +13,11 @@
 
 Every call on the queue is `jobs.sync`: it blocks the view's thread for the answer, the way a
 database call does, and needs no event loop (docs/web.md). The web process does not run the
-jobs; `nilo-job worker` does, and finds a row pushed here at its next poll (`poll_ms`).
+jobs; `nilo-job worker` does. A `push` from here wakes it at once: on SQLite a datagram to the
+socket each serving process keeps beside the file (`flask_app.db.wake/`). A `push_in` commits in
+the view's own transaction, which the store does not see, so the view calls `jobs.sync.wake()`
+after the commit to send that datagram. (On PostgreSQL the NOTIFY sent with the commit would
+wake the workers by itself.)
 """
 
 from __future__ import annotations
@@ -146,7 +150,7 @@ def sign_up() -> tuple[Response, int]:
             welcome = jobs.sync.push_in(conn, Welcome(user_id=user_id))
     except sqlite3.IntegrityError:
         return jsonify(error=f"{email} has signed up already"), 409
-    jobs.sync.wake()  # a worker in this process starts at once; one elsewhere at its next poll
+    jobs.sync.wake()  # committed: `nilo-job worker` starts it now, not at its next poll
     return jsonify(id=user_id, welcome=welcome), 201
 
 
