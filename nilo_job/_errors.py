@@ -76,6 +76,21 @@ class Refusal(TypeError, ValueError):
     """
 
 
+# Named where users import them, so that a path built from an error's class (Django's
+# `exception_class_path`, a pickle, a log) is one they can import.
+for _public in (
+    JobError,
+    QueueFull,
+    PayloadTooLarge,
+    TimedOut,
+    BadPayload,
+    LeaseLost,
+    StoreUnavailable,
+    Refusal,
+):
+    _public.__module__ = "nilo_job"
+
+
 def is_int(value: object, least: int | None = None, most: int | None = None) -> TypeGuard[int]:
     """Whether `value` is an int (a bool is not) from `least` to `most`, both included; a bound
     that is None sets no limit. The check behind every `Refusal` of a count, a size or a time."""

@@ -269,8 +269,9 @@ class Jobs:
         """Queue `value` through your own open transaction `tx`: the row exists once it commits.
 
         The outbox pattern with no outbox: if the commit fails there is no job, and if the job
-        is there, so is everything your transaction wrote. A push_in cannot wake a worker,
-        because the row is not there until the commit: call `jobs.wake()` after it.
+        is there, so is everything your transaction wrote. The row is not there until the
+        commit, so the push cannot wake a worker itself. On PostgreSQL the NOTIFY sent with the
+        commit wakes every listening worker; on SQLite, call `jobs.wake()` after the commit.
 
         Args:
             tx: a `sqlite3.Connection` with an open transaction on the store's database file; a

@@ -81,7 +81,7 @@ _MEASURED: weakref.WeakSet[Jobs] = weakref.WeakSet()  # the queues a Metrics obs
 class Metrics:
     """The metrics of one queue, in a Prometheus registry, and its spans.
 
-    Building it puts a measuring proxy in front of `jobs.store`, so build it before `serve()`
+    Building it adds it to the queue's observers (`jobs.observe`); build it before `serve()`
     (or a worker process) starts, and once per queue.
 
     Args:

@@ -71,7 +71,7 @@ def test_retry_and_cancel_many(target: str) -> None:
 
     assert said(nilo_job("retry", target, "--all", "--error", "Rejected")) == (
         0,
-        "queued 2 jobs again, from their first attempt: dead rows that failed with Rejected\n",
+        "queued 2 jobs again, from the first attempt: dead rows that failed with Rejected\n",
         "",
     )
     assert counts(target) == {"queued": 4, "running": 0, "dead": 0, "done": 1}
@@ -83,7 +83,7 @@ def test_retry_and_cancel_many(target: str) -> None:
     )
     assert said(nilo_job("retry", target, "--all", "--kind", "ops-mail")) == (
         0,
-        "queued 0 jobs again, from their first attempt: dead rows of ops-mail\n",
+        "queued 0 jobs again, from the first attempt: dead rows of ops-mail\n",
         "",
     )
 

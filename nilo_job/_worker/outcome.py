@@ -24,7 +24,7 @@ NAME_CHARS = 200
 MESSAGE_CHARS = 2_000
 TRACEBACK_CHARS = 10_000
 ESCAPED = " [nilo-job: characters no store can keep were escaped]"
-_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # nilo_job/
 
 
 def user_traceback(error: BaseException) -> TracebackType | None:

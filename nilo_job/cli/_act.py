@@ -72,7 +72,7 @@ RETRY = Verb(
     ("dead",),
     "retried",
     "job {id} is queued again, from its first attempt",
-    "queued {n} again, from their first attempt: {what}",
+    "queued {n} again, from the first attempt: {what}",
     _no_dead,
 )
 CANCEL = Verb(

@@ -1,4 +1,6 @@
-"""Named SQL statements from a store's `.sql` file, loaded once with importlib.resources."""
+"""What the two SQL stores share: their named statements (`load`, from a package's
+`queries.sql`), the parameters of an end and of a keep, the statements of `find` and `count`, and
+reading a stored row back into the values the queue uses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
--- The PostgreSQL store's statements, one named statement each, loaded once by postgres.py.
+-- The PostgreSQL store's statements, one named statement each, loaded once by the store.
 -- Times are microseconds since the epoch (bigint), handed in by the queue.
 -- Arrays of numbers go as array literals the store builds ('{1,2,3}', cast on the server): psycopg
 -- would inspect every element to pick the array's type. Arrays of text go in binary (%b): in

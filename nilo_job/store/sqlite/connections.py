@@ -142,7 +142,7 @@ class Connections:
             if "no such table: nilo_jobs" in text:
                 raise _schema.no_table(self.path, self.target) from error
             if "no such column" in text or "has no column named" in text:
-                raise _schema.older(self.path, self.target, "1") from error
+                raise _schema.older(self.path, self.target, f"below {_schema.VERSION}") from error
             if "locked" in text or "busy" in text:
                 raise StoreUnavailable(
                     f"SQLite at {self.path} stayed locked for {self.busy_timeout_ms / 1_000:g} s: "

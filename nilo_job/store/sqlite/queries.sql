@@ -1,4 +1,4 @@
--- The SQLite store's statements, one named statement each, loaded once by sqlite.py.
+-- The SQLite store's statements, one named statement each, loaded once by the store.
 -- Times are microseconds since the epoch, handed in by the queue; the store never reads a clock.
 
 -- name: create
