@@ -34,15 +34,12 @@ class Grouped(Generic[T, R]):
     - `detached=False` (pushes): a call made while none is in flight lets the loop turn once
       (so that callers ready in that turn join it), then writes its item in the caller's own
       task and context when it is still alone, or as the first of a group; an item whose caller
-      is cancelled before its group was sent is dropped. After a turn that found nobody, the
-      next `SKIP_TURNS` calls write at once without one; a turn that found company keeps every
-      call taking its turn.
+      is cancelled before its group was sent is dropped.
     - `detached=True` (the ends of runs): every write runs in a task of this object's own and
       goes to the end even when its callers are cancelled; `idle()` waits for it.
     """
 
     MOST = 256
-    SKIP_TURNS = 7  # lone writes without a turn of the loop after one that found nobody
 
     def __init__(
         self, write: Callable[[list[T]], Awaitable[list[R]]], *, detached: bool = False
@@ -55,7 +52,6 @@ class Grouped(Generic[T, R]):
         self.task: asyncio.Task[None] | None = None
         self.flying: list[T] = []  # the items of the write in flight
         self.lone: list[T] = []  # items written alone, for another loop than the owner
-        self.skip_turns = 0  # writes left to make without a turn of the loop first
         # One event loop owns the group at a time (busy, on `loop`); a call from another loop's
         # thread (the sync face's and an application's own) writes alone instead. The lock makes
         # taking and giving up that ownership atomic across threads.
@@ -111,21 +107,14 @@ class Grouped(Generic[T, R]):
             future: asyncio.Future[R] = loop.create_future()
             self.pending.append((item, future, None))
             return await future
-        if self.skip_turns == 0:
-            try:
-                # One turn of the loop first: the callers ready in it join this write as a
-                # group, instead of each waiting for the one before (a write may not yield:
-                # SQLite's single push is written on this thread).
-                await asyncio.sleep(0)
-            except BaseException:
-                self._next(loop)
-                raise
-            # Alone: the next SKIP_TURNS writes go without that turn; with company, every
-            # write takes it.
-            if not self.pending:
-                self.skip_turns = self.SKIP_TURNS
-        else:
-            self.skip_turns -= 1
+        try:
+            # One turn of the loop first: the callers ready in it join this write as a group,
+            # instead of each waiting for the one before (a write may not yield: SQLite's
+            # single push is written on this thread).
+            await asyncio.sleep(0)
+        except BaseException:
+            self._next(loop)
+            raise
         if self.pending:
             mine: asyncio.Future[R] = loop.create_future()
             self.pending.insert(0, (item, mine, None))

@@ -9,13 +9,13 @@ writes through the caller's own connection in the caller's thread, so it runs ri
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ._errors import Refusal, refuse_within
-from ._process import pid
 from ._spaces import Space
 from ._types import Dead, Flow, Found, Row, Stats, Status, Where
 from .store.contract import Store
@@ -107,13 +107,13 @@ class SyncJobs:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._pid = pid()
+        self._pid = os.getpid()
 
     def _own_loop(self) -> asyncio.AbstractEventLoop:
-        if self._pid != pid():
+        if self._pid != os.getpid():
             # A forked child (gunicorn --preload, multiprocessing): the parent's loop thread is
             # not here. Start a loop of this process's own.
-            self._pid, self._loop, self._lock = pid(), None, threading.Lock()
+            self._pid, self._loop, self._lock = os.getpid(), None, threading.Lock()
         with self._lock:
             if self._loop is None or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
@@ -246,7 +246,7 @@ class SyncJobs:
         """Close the store on the bridge's own loop and stop that loop (at the end of a script
         or a test; the next call starts them again)."""
         loop = self._loop
-        if loop is None or loop.is_closed() or self._pid != pid():
+        if loop is None or loop.is_closed() or self._pid != os.getpid():
             return
         asyncio.run_coroutine_threadsafe(self._jobs.store.close(), loop).result()
         loop.call_soon_threadsafe(loop.stop)

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
-from nilo_job._group_commit import Grouped
 from nilo_job.store.contract import NewRow, Store
 
 
@@ -68,20 +67,18 @@ async def test_a_push_alone_is_written_alone_and_pushes_one_after_another_each_a
     assert counting.calls == [1, 1, 1]
 
 
-async def test_a_burst_after_a_lone_push_is_grouped_within_a_few_writes(store: Store) -> None:
+async def test_a_burst_after_a_lone_push_is_written_as_one_group(store: Store) -> None:
     jobs = job.Jobs(kinds=[Mail], store=store)
     counting = Counting(store)
-    await jobs.push(Mail("alone@example.com"))  # its turn finds nobody: the next few skip it
+    await jobs.push(Mail("alone@example.com"))  # its turn finds nobody: written alone
     ids = await asyncio.gather(*(jobs.push(Mail(f"{n}@example.com")) for n in range(40)))
     assert len(set(ids)) == 40
-    assert sum(counting.calls) == 41
-    # At most SKIP_TURNS pushes go alone before one takes its turn and finds the rest.
-    assert len(counting.calls) <= 2 + Grouped.SKIP_TURNS
-    assert max(counting.calls) >= 40 - Grouped.SKIP_TURNS
+    # The burst's first push takes its turn of the loop, and the other 39 join it.
+    assert counting.calls == [1, 40]
     assert (await jobs.stats()).queued == 41
 
 
-async def test_a_lone_producer_lets_the_loop_turn_at_least_every_few_pushes(
+async def test_a_lone_producer_lets_the_loop_turn_at_every_push(
     store: Store,
 ) -> None:
     jobs = job.Jobs(kinds=[Mail], store=store)
@@ -101,8 +98,8 @@ async def test_a_lone_producer_lets_the_loop_turn_at_least_every_few_pushes(
         await jobs.push(Mail(f"{n}@example.com"))
     done = True
     await ticking
-    # One turn in every SKIP_TURNS + 1 pushes at least, whether or not the write itself yields.
-    assert turns >= 80 // (Grouped.SKIP_TURNS + 1)
+    # A turn at every push at least, whether or not the write itself yields.
+    assert turns >= 80
 
 
 async def test_a_push_cancelled_in_its_turn_of_the_loop_writes_nothing(store: Store) -> None:

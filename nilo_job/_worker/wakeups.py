@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import os
 
 from .._clock import Clock
-from .._process import pid
 from .feed import Feed
 
 _DUE_KNOWN_MOST = 4_096  # later due times kept for a wake-up; past that, the poll finds rows
@@ -87,7 +87,7 @@ class Wakeups:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> Wakeup:
         """serve begins on `loop`: the flag it sleeps on, set by every wake-up from now on."""
-        self.loop, self.pid = loop, pid()
+        self.loop, self.pid = loop, os.getpid()
         self.wakeup = Wakeup()
         self.due = []
         return self.wakeup
@@ -101,7 +101,7 @@ class Wakeups:
         """The loop `serve` runs on in this process, if it runs here (not in a parent this
         process was forked from)."""
         loop = self.loop
-        if loop is None or self.pid != pid() or loop.is_closed():
+        if loop is None or self.pid != os.getpid() or loop.is_closed():
             return None
         return loop
 
@@ -127,7 +127,7 @@ class Wakeups:
         not a poll later.
         """
         loop = self.loop
-        if loop is None or self.pid != pid():
+        if loop is None or self.pid != os.getpid():
             return
         try:
             running = asyncio.get_running_loop()

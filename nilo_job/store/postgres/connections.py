@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, TypeVar
@@ -43,7 +44,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import StoreUnavailable
-from ..._process import pid
 from .. import _schema
 from .pooler import WORK_LOCAL, with_work_settings
 
@@ -130,7 +130,7 @@ class Connections:
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # id(own pool) -> its loop
         self.opening: asyncio.Lock | None = None
         self.kept = self._new_kept()
-        self.pid = pid()
+        self.pid = os.getpid()
 
     def listening_where(self) -> str | None:
         """`host:port/dbname` where serve listens for other processes' pushes; None: nowhere."""
@@ -182,9 +182,9 @@ class Connections:
         Raises:
             StoreUnavailable: the server cannot be reached.
         """
-        if self.pid != pid():
+        if self.pid != os.getpid():
             # A forked child: the parent's pools and their connections are not ours.
-            self.pid, self.work_pool, self.opening, self.loops = pid(), None, None, {}
+            self.pid, self.work_pool, self.opening, self.loops = os.getpid(), None, None, {}
             self.kept = self._new_kept()
             if self.owns_pool:
                 self.pool = None
@@ -275,7 +275,9 @@ class Connections:
         """
         work = use != "push"
         kept = self.kept[use]
-        if kept.conn is None or self.pid != pid():  # (an open one came here on its first call)
+        if (
+            kept.conn is None or self.pid != os.getpid()
+        ):  # (an open one came here on its first call)
             # An unreachable server is said in a sentence here; after a fork, the parent's
             # pools and kept connections are replaced before either is read below.
             await self.get_pool(work=work)

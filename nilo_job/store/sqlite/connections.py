@@ -19,6 +19,7 @@ left alone.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 import time
@@ -27,7 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from ..._errors import StoreUnavailable
-from ..._process import pid
 from .. import _schema
 
 T = TypeVar("T")
@@ -60,7 +60,7 @@ class Connections:
         self._conn: sqlite3.Connection | None = None
         self._work_conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._pid = pid()
+        self._pid = os.getpid()
         # The connection of `here`: whichever thread takes the lock first uses it.
         self._here_conn: sqlite3.Connection | None = None
         self._here_lock = threading.Lock()
@@ -75,10 +75,10 @@ class Connections:
         last commits, which can only make a row run again (at least once allows it). Pushes
         and operator calls use the main connection and its `synchronous` (FULL by default).
         """
-        if self._pid != pid():
+        if self._pid != os.getpid():
             # A forked child: the parent's thread is not here, and its connections are not
             # ours to use or close. Start afresh.
-            self._pid, self._executor = pid(), None
+            self._pid, self._executor = os.getpid(), None
             self._conn = self._work_conn = self._here_conn = None
             self._here_lock = threading.Lock()
         if self._executor is None:
@@ -103,7 +103,7 @@ class Connections:
         and the store's thread runs `fn` again and says what went wrong. `fn` must not return
         None.
         """
-        if self.path == ":memory:" or self._pid != pid() or self._conn is None:
+        if self.path == ":memory:" or self._pid != os.getpid() or self._conn is None:
             return None  # a private database lives in the thread's connection; a fork; not open
         if not self._here_lock.acquire(blocking=False):
             return None
@@ -213,7 +213,7 @@ class Connections:
             return
         with self._here_lock:
             here, self._here_conn = self._here_conn, None
-            if here is not None and self._pid == pid():
+            if here is not None and self._pid == os.getpid():
                 here.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(executor, self._close_conn)
