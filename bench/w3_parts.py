@@ -85,13 +85,13 @@ async def one_process(url: str, samples: int) -> dict[str, list[int]]:
         return answer
 
     store.push = timed_push  # type: ignore[method-assign]
-    hand_over = jobs._producer.hand_over
+    hand_over = jobs._producer.handover.hand_over
 
     def timed_hand_over(*args: Any) -> None:
         mark("hand_over")
         hand_over(*args)
 
-    jobs._producer.hand_over = timed_hand_over  # type: ignore[method-assign]
+    jobs._producer.handover.hand_over = timed_hand_over  # type: ignore[method-assign]
     try:
         async with jobs.serving(grace_ms=1_000):
             await asyncio.sleep(0.5)

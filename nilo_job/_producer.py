@@ -6,14 +6,12 @@ would not come back equal), and write the row: alone when nothing else is being 
 grouped with concurrent pushes of this queue otherwise (`Grouped`), or through the caller's own
 transaction (`push_in`). `within` asks a Space before the table. After the write, serve in this
 process is woken for the row (`Wakeups`), or, when one of its workers is idle on this event loop
-and the row is due now, the row is inserted already claimed and handed to that worker.
+and the row is due now, the row is inserted already claimed and handed to that worker
+(`handover`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import functools
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -21,12 +19,11 @@ from ._clock import datetime_to_us
 from ._errors import Refusal, is_int
 from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
-from ._process import worker
 from ._spaces import Space
 from ._types import State
-from ._worker.feed import Feed
+from ._worker.handover import HandOver
 from ._worker.parts import Parts
-from .store.contract import INT64_MAX, INT64_MIN, Claimed, NewRow
+from .store.contract import INT64_MAX, INT64_MIN, NewRow
 
 
 class Producer:
@@ -35,14 +32,14 @@ class Producer:
     def __init__(self, parts: Parts) -> None:
         self.kinds = {kind.cls: kind for kind in parts.kinds.values()}
         self.store = parts.store
-        self.clock = parts.clock  # for `after_ms`, and a claim made at push
-        self.lease_ms = parts.lease_ms  # the lease a row claimed at push gets
+        self.clock = parts.clock  # for `after_ms`
         self.statuses = parts.statuses
         self.observers = parts.observers
         self.wakeups = parts.wakeups
         self.ends = parts.ends
         # Concurrent pushes of this queue share a transaction (see Grouped).
         self.grouped: Grouped[NewRow, int | None] = Grouped(self._write)
+        self.handover = HandOver(parts, self.grouped)  # a row due now, to an idle worker
 
     async def _write(self, rows: list[NewRow]) -> list[int | None]:
         return await self.store.push(rows)
@@ -112,13 +109,10 @@ class Producer:
         mark = f"within:{kind.name}:{unique}" if within is not None else ""
         if within is not None and not await within.add(mark, b"1"):
             return None
-        feed = self.wakeups.idle_feed(row.run_at, kind.name)
+        feed = self.handover.idle_feed(row)
         claimed_at = 0
         if feed is not None:  # a worker of this process is idle: the row is claimed for it
-            claimed_at = self.clock.now()
-            row = dataclasses.replace(
-                row, lease_until=claimed_at + self.lease_ms * 1_000, worker=worker()
-            )
+            row, claimed_at = self.handover.claim(row)
         try:
             if feed is None and not self.observers.all:  # the common push, with nothing around
                 row_id = await self.grouped(row)
@@ -127,7 +121,7 @@ class Producer:
                     if feed is None:
                         row_id = await self.grouped(row)
                     else:
-                        row_id = await self._push_claimed(feed, kind, row, claimed_at)
+                        row_id = await self.handover.push(feed, row, claimed_at)
                     self.observers.pushed([row], [row_id])
         except BaseException:
             if within is not None:
@@ -142,63 +136,10 @@ class Producer:
             if feed is None:
                 self.wakeups.wake_at(row.run_at)
             else:
-                self.hand_over(feed, kind, row, row_id, claimed_at)
+                self.handover.hand_over(feed, row, row_id, claimed_at)
         if self.ends.background:  # serve stopped meanwhile: its row is being queued again
             await self.ends.settled()
         return row_id
-
-    async def _push_claimed(
-        self, feed: Feed, kind: Kind, row: NewRow, claimed_at: int
-    ) -> int | None:
-        """Push `row`, inserted already claimed for `feed`'s idle worker; the caller hands it
-        over (`hand_over`) once it has written the row's status.
-
-        Meanwhile that worker is promised the row, so that the claim loop does not claim for it
-        too. A push cancelled before its row was sent writes nothing; one cancelled after lets
-        the write finish and hands the row over itself, never leaving it running and unrun for
-        a lease.
-        """
-        feed.promised += 1
-        write = asyncio.ensure_future(self.grouped(row))
-        try:
-            return await asyncio.shield(write)
-        except asyncio.CancelledError:
-            if not write.done() and not self.grouped.in_flight(row):
-                write.cancel()  # not sent: nothing is written (a group drops it)
-            else:
-                write.add_done_callback(
-                    functools.partial(self._hand_over_written, feed, kind, row, claimed_at)
-                )
-            raise
-        finally:
-            feed.promised -= 1
-            if not write.done() or write.cancelled() or write.exception() is not None:
-                self.wakeups.wake_at(None)  # the promised worker is idle still: claim for it
-
-    def _hand_over_written(
-        self,
-        feed: Feed,
-        kind: Kind,
-        row: NewRow,
-        claimed_at: int,
-        write: asyncio.Future[int | None],
-    ) -> None:
-        """`hand_over` for a push whose caller was cancelled while its row was written."""
-        if not write.cancelled() and write.exception() is None:
-            row_id = write.result()
-            if row_id is not None:
-                self.hand_over(feed, kind, row, row_id, claimed_at)
-            else:
-                self.wakeups.wake_at(None)  # its key was taken: the promised worker is idle
-
-    def hand_over(self, feed: Feed, kind: Kind, row: NewRow, row_id: int, claimed_at: int) -> None:
-        """Give the row a push claimed for `feed` to serve's workers; if serve has stopped
-        meanwhile, queue it again unrun."""
-        claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
-        if not feed.closed:
-            feed.put([claimed], claimed_at)
-            return
-        self.ends.later(self.ends.give_back([claimed]))
 
     async def push_many(
         self, values: Sequence[object], after_ms: int | None, at: int | datetime | None

@@ -23,6 +23,7 @@ import pytest
 from serving import FailingSpace, held_at, until_idle
 
 import nilo_job as job
+from nilo_job._worker.feed import Feed
 from nilo_job.store.contract import Claimed, Died, End, NewRow, Store
 
 _ran: list[int] = []
@@ -151,7 +152,9 @@ async def test_sqlite_a_push_cancelled_mid_insert_leaves_its_row_running(
 #    are run at the next poll).
 
 
-async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store: Store) -> None:
+async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _ran.clear()
     space = FailingSpace()
     jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=20, status=space)
@@ -165,15 +168,15 @@ async def test_a_status_failure_after_a_claimed_push_does_not_stall_serve(store:
     store.push = held  # type: ignore[method-assign]
     turns = 0
     turned = asyncio.Event()
-    ahead = jobs._server._ahead
+    wanted = Feed.wanted
 
-    def counting(feed: Any) -> int:  # called once per pass of the claim loop
+    def counting(feed: Feed, pace_s: float | None, workers: int) -> int:  # once a pass
         nonlocal turns
         turns += 1
         turned.set()
-        return ahead(feed)
+        return wanted(feed, pace_s, workers)
 
-    jobs._server._ahead = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(Feed, "wanted", counting)
     async with jobs.serving(grace_ms=5_000):
         await until_idle(jobs)
         space.armed = True  # the push's own status write fails

@@ -29,6 +29,15 @@ Taken = tuple[Claimed, int, "asyncio.Future[None] | None"]
 frees the worker once the row's run no longer needs it; None when the row was not started."""
 
 
+AHEAD_S = 0.02
+"""serve claims ahead what its workers would start within this many seconds (at the runs' recent
+pace)."""
+AHEAD_MOST = 16
+"""and at most this many rows per worker."""
+WAIT_MOST_S = 0.25
+"""A row claimed ahead and not started after this many seconds is given back to the table."""
+
+
 def settle(freed: asyncio.Future[None]) -> None:
     """Free the worker waiting on `freed` (its row's run no longer needs it), unless it is."""
     if not freed.done():
@@ -125,12 +134,42 @@ class Feed:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def take_older(self, claimed_before: int) -> list[tuple[Claimed, int]]:
-        """The rows waiting that were claimed before `claimed_before` (µs), taken out of the
-        feed. Rows wait in the order they were claimed, so these are at its front."""
+    def wanted(self, pace_s: float | None, workers: int) -> int:
+        """How many rows the claim loop should claim now (0: none) for serve's `workers`, whose
+        runs took `pace_s` seconds each of late (None: none ran yet).
+
+        That is the idle workers no push has promised a row to, plus claiming ahead: as many
+        rows as the workers would start within `AHEAD_S` at that pace, at most `AHEAD_MOST` per
+        worker, less the rows already waiting. None while runs are slow (a slow row waiting
+        here is a row another process could run), and none beyond the idle workers while more
+        than half of what is claimed ahead still waits. A worker whose run has gone on for
+        longer than `AHEAD_S` counts for none: it will not start a row claimed ahead soon.
+        """
+        ahead = 0
+        if pace_s is not None:
+            now = asyncio.get_running_loop().time()
+            able = workers - sum(1 for since in self.busy_since.values() if now - since > AHEAD_S)
+            if able > 0:
+                ahead = min(able * AHEAD_MOST, int(able * AHEAD_S / max(pace_s, 1e-6)))
+        self.low = ahead // 2  # a worker leaving this few rows behind wakes the claim loop
+        idle = len(self.idle) - self.promised  # a push may be claiming for the others
+        waiting = len(self.rows)
+        if idle <= 0 and waiting > self.low:
+            return 0
+        return max(0, idle + ahead - waiting)
+
+    def nap_s(self, poll_s: float) -> float:
+        """How long the claim loop may sleep while it wants nothing: the poll, or less while
+        rows wait here (to give back those that wait too long)."""
+        return min(poll_s, WAIT_MOST_S) if self.rows else poll_s
+
+    def take_stale(self, now_us: int) -> list[Claimed]:
+        """The rows that have waited here longer than `WAIT_MOST_S` at `now_us`, taken out of
+        the feed. Rows wait in the order they were claimed, so these are at its front."""
+        claimed_before = now_us - int(WAIT_MOST_S * 1_000_000)
         old = []
         while self.rows and self.rows[0][1] < claimed_before:
-            old.append(self.rows.popleft())
+            old.append(self.rows.popleft()[0])
         return old
 
     def take_all(self) -> list[tuple[Claimed, int]]:

@@ -34,9 +34,6 @@ log = logging.getLogger("nilo_job")
 
 _CLOCK_EVERY_US = 60_000_000  # how often serve measures the store's clock again
 _SEED_EVERY_US = 60_000_000  # and seeds every schedule again (a tick row deleted by hand)
-_AHEAD_S = 0.02  # serve claims ahead what its workers would start within this many seconds
-_AHEAD_MAX = 16  # and at most this many rows per worker
-_WAIT_MOST_S = 0.25  # a row claimed ahead and not started after this long is given back
 
 
 class Server:
@@ -190,9 +187,8 @@ class Server:
     async def _claim_loop(self, feed: Feed, wakeup: Wakeup) -> None:
         """Claim for the workers waiting on `feed`, hand the rows over, repeat.
 
-        While runs are fast it claims ahead (`_ahead`), and claims the next batch once half of
-        what waits is taken, so that workers seldom wait for a claim's round trip. With nothing
-        due it sleeps `poll_ms`, or until a wake-up.
+        While runs are fast it claims ahead (`Feed.wanted`), so that workers seldom wait for a
+        claim's round trip. With nothing due it sleeps `poll_ms`, or until a wake-up.
         """
         poll_s = self.poll_ms / 1_000
         seeded_at = self.clock.now()  # serve seeded as it started
@@ -202,17 +198,12 @@ class Server:
             if feed.rows:
                 # Rows claimed ahead that no worker took in time (the workers are on long
                 # runs): back to the table, where another process can run them.
-                stale = feed.take_older(self.clock.now() - int(_WAIT_MOST_S * 1_000_000))
-                await self.ends.give_back([row for row, _claimed_at in stale])
-            ahead = self._ahead(feed)
-            waiting = len(feed.rows)
-            feed.low = ahead // 2
-            idle = len(feed.idle) - feed.promised  # a push may be claiming for the others
-            limit = idle + ahead - waiting
-            if limit <= 0 or (idle <= 0 and waiting > feed.low):
+                await self.ends.give_back(feed.take_stale(self.clock.now()))
+            limit = feed.wanted(self.runner.run_s, self.workers)
+            if limit <= 0:
                 # Until a worker goes idle or takes rows (or, to be safe, the poll; sooner
                 # while rows wait here, to give back those that wait too long).
-                await wakeup.sleep(min(poll_s, _WAIT_MOST_S) if feed.rows else poll_s)
+                await wakeup.sleep(feed.nap_s(poll_s))
                 continue
             if now_us() - self.clock.measured_at > _CLOCK_EVERY_US:
                 with contextlib.suppress(Exception):
@@ -269,23 +260,6 @@ class Server:
         if self.observers.all:
             self.observers.claimed(rows, now, began)
         return rows
-
-    def _ahead(self, feed: Feed) -> int:
-        """How many rows to claim beyond the free workers: as many as the workers would start
-        within `_AHEAD_S` at the runs' recent pace, at most `_AHEAD_MAX` per worker, and none
-        while runs are slow (a slow row waiting here is a row another process could run).
-
-        A worker whose run has gone on for longer than `_AHEAD_S` counts for none: it will not
-        start a row claimed ahead soon, whatever the pace of the others."""
-        pace = self.runner.run_s
-        if pace is None:
-            return 0
-        now = asyncio.get_running_loop().time()
-        long = sum(1 for since in feed.busy_since.values() if now - since > _AHEAD_S)
-        able = self.workers - long
-        if able <= 0:
-            return 0
-        return min(able * _AHEAD_MAX, int(able * _AHEAD_S / max(pace, 1e-6)))
 
     async def _worker(self, feed: Feed) -> None:
         """One of serve's `workers`: take a claimed row from `feed` (which starts it), wait

@@ -3,9 +3,8 @@
 serve's claim loop sleeps `poll_ms` when nothing is due. What wakes it sooner comes through here:
 a push from this process (at once for a row due now; when due for a row due later), a retry's
 wait, a schedule's next tick, a row given back, `jobs.wake()` from any thread, and another
-process's push (PostgreSQL's NOTIFY, which carries the row's due time). A push of a row due now
-may also find one of serve's workers idle on its own event loop (`idle_feed`), claim the row
-itself and hand it over, with no claim at all.
+process's push (PostgreSQL's NOTIFY, which carries the row's due time). (A push of a row due now
+that finds one of serve's workers idle hands the row over instead: `handover`.)
 
 `Wakeups` is serve's presence as the rest of the process sees it: the loop it runs on, the
 `Wakeup` its claim loop sleeps on, the due times it knows of (a heap) and its feed. Outside serve
@@ -28,44 +27,24 @@ _DUE_KNOWN_MOST = 4_096  # later due times kept for a wake-up; past that, the po
 
 class Wakeup:
     """The flag serve's claim loop sleeps on: set by every wake-up, cleared by the loop as it
-    looks for work. Like `asyncio.Event` with `asyncio.timeout` around its wait, for one waiter
-    and at the cost of one future and one timer: the loop sleeps here every time it is idle,
-    and what it spends between a NOTIFY and its claim is latency."""
-
-    __slots__ = ("_set", "_waiter")
+    looks for work (an `asyncio.Event`, on the loop's thread only)."""
 
     def __init__(self) -> None:
-        self._set = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._event = asyncio.Event()
 
     def set(self) -> None:
-        """Set the flag and wake the sleeper, if any (on the loop's thread only)."""
-        self._set = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        """Set the flag and wake the sleeper, if any."""
+        self._event.set()
 
     def clear(self) -> None:
-        self._set = False
+        self._event.clear()
 
     async def sleep(self, seconds: float) -> None:
         """Until the flag is set or `seconds` have passed, whichever comes first (at once if it
-        is set already). One sleeper at a time."""
-        if self._set:
-            return
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(seconds, _ring, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiter = None
-
-
-def _ring(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+        is set already)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
 
 
 class Wakeups:
@@ -104,18 +83,6 @@ class Wakeups:
         if loop is None or self.pid != os.getpid() or loop.is_closed():
             return None
         return loop
-
-    def idle_feed(self, run_at: int, kind: str) -> Feed | None:
-        """serve's feed, when a row of `kind` due at `run_at` (µs) is due now and one of serve's
-        workers is idle on the running event loop with no row promised to it: the push may then
-        insert the row already claimed and hand it to that worker (no claim, no wait for the
-        claim loop). Never for a kind serve does not claim (paused, or not served here)."""
-        feed = self.feed
-        if feed is None or not feed.has_unpromised_idle() or kind not in feed.kinds:
-            return None
-        if self.serving_loop() is not asyncio.get_running_loop():
-            return None
-        return feed if run_at <= self.clock.now() else None
 
     def wake_at(self, run_at: int | None) -> None:
         """Wake serve's claim loop for a row due at `run_at` (µs, the queue's clock; None for
