@@ -33,7 +33,7 @@ SUPPORTED = ("3.11", "3.12", "3.13")
 """The Pythons nilo-job supports (pyproject's classifiers). The whole suite runs in `.venv` on the
 Python that runs this file (3.11 in CI); each other one gets `.venv-X.Y` and the suite without
 PostgreSQL."""
-ONLY_ELSEWHERE = ("tests/test_django_tasks.py",)
+ONLY_ELSEWHERE = ("tests/integrations/test_django_tasks.py",)
 """Test files whose PostgreSQL tests need what installs only on the other Pythons (Django 6)."""
 
 

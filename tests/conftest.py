@@ -1,4 +1,6 @@
-"""Fixtures shared by the unit and contract tests.
+"""Fixtures shared by every tier of the tests (unit, stores, processes, cli, dashboard,
+integrations); each tier's own are in its conftest.py, and what is not a fixture in
+`tests.helpers`.
 
 `store` runs a test once on each store that ships: `job.Memory` and the SQLite `job.Table`. Every
 behaviour of the queue is a promise of the contract, so each test that takes `store` is a contract
@@ -7,7 +9,6 @@ epoch: rows pushed without `at=` are due by then, and `drain_at(t + …)` moves 
 """
 
 import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,14 +17,6 @@ import pytest
 
 import nilo_job as job
 from nilo_job.store.contract import Store
-
-HERE = Path(__file__).resolve().parent
-
-# The helper modules beside the tests (kinds_ok, kinds_broken) import by their plain names, whatever
-# pytest's import mode.
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
 
 PG_SERVER = os.environ.get("NILO_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 """The PostgreSQL server the tests use: trust auth, user postgres (this machine's and CI's)."""

@@ -1,0 +1,217 @@
+"""`nilo-job list` (filters, keyset pages) and `nilo-job show` (a row's whole story), on SQLite
+and PostgreSQL, over a database URL and over `module:attr`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from nilo_job.cli._text import utc_exact
+from tests.helpers.cli_ops import QUEUE_FILE, RAISE_LINE, T, nilo_job, rows_of
+from tests.helpers.cli_ops_queue import URL_ENV
+
+EVERY_ROW = (
+    "ID  KIND      STATE   ATTEMPTS  WHEN (UTC)           ERROR     PAYLOAD\n"
+    "3   ops-mail  queued  0         2023-11-14 23:13:20  -         "
+    '{"to":"c@example.com","fail":false}\n'
+    "5   ops-mail  queued  0         2023-11-15 00:13:20  -         "
+    '{"to":"d@example.com","fail":false}\n'
+    "2   ops-mail  dead    1         2023-11-14 22:13:21  Rejected  "
+    '{"to":"b@example.com","fail":true}\n'
+    "1   ops-mail  dead    1         2023-11-14 22:13:20  Rejected  "
+    '{"to":"a@example.com","fail":true}\n'
+    '4   ops-note  done    1         2023-11-14 22:13:22  -         {"text":"hi"}\n'
+)
+
+
+@pytest.mark.parametrize("through", ["url", "module"])
+def test_list_filters_and_pages(url: str, through: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = rows_of(url)
+    target = url
+    if through == "module":
+        monkeypatch.setenv(URL_ENV, url)
+        target = "tests.helpers.cli_ops_queue:make"
+
+    done = nilo_job("list", target)
+    assert (done.exit_code, done.stdout) == (0, EVERY_ROW)
+    filtered = {
+        ("--kind", "ops-note"): (
+            "ID  KIND      STATE  ATTEMPTS  WHEN (UTC)           ERROR  PAYLOAD\n"
+            '4   ops-note  done   1         2023-11-14 22:13:22  -      {"text":"hi"}\n'
+        ),
+        ("--error", "Rejected"): (
+            "ID  KIND      STATE  ATTEMPTS  WHEN (UTC)           ERROR     PAYLOAD\n"
+            "2   ops-mail  dead   1         2023-11-14 22:13:21  Rejected  "
+            '{"to":"b@example.com","fail":true}\n'
+            "1   ops-mail  dead   1         2023-11-14 22:13:20  Rejected  "
+            '{"to":"a@example.com","fail":true}\n'
+        ),
+        ("--key", "welcome-d"): (
+            "ID  KIND      STATE   ATTEMPTS  WHEN (UTC)           ERROR  PAYLOAD\n"
+            "5   ops-mail  queued  0         2023-11-15 00:13:20  -      "
+            '{"to":"d@example.com","fail":false}\n'
+        ),
+        ("--state", "queued", "--kind", "ops-mail"): (
+            "ID  KIND      STATE   ATTEMPTS  WHEN (UTC)           ERROR  PAYLOAD\n"
+            "3   ops-mail  queued  0         2023-11-14 23:13:20  -      "
+            '{"to":"c@example.com","fail":false}\n'
+            "5   ops-mail  queued  0         2023-11-15 00:13:20  -      "
+            '{"to":"d@example.com","fail":false}\n'
+        ),
+    }
+    for args, table in filtered.items():
+        done = nilo_job("list", target, *args)
+        assert (done.exit_code, done.stdout) == (0, table), args
+
+    # Keyset pages: the next cursor is printed, and --after continues from it.
+    done = nilo_job("list", target, "--state", "dead", "--limit", "1")
+    cursor = f"{T + 1_000_000}.2"
+    assert (done.exit_code, done.stdout) == (
+        0,
+        "ID  KIND      STATE  ATTEMPTS  WHEN (UTC)           ERROR     PAYLOAD\n"
+        "2   ops-mail  dead   1         2023-11-14 22:13:21  Rejected  "
+        '{"to":"b@example.com","fail":true}\n'
+        f"more: --after {cursor}\n",
+    )
+    done = nilo_job("list", target, "--state", "dead", "--limit", "1", "--after", cursor)
+    assert done.stdout == (
+        "ID  KIND      STATE  ATTEMPTS  WHEN (UTC)           ERROR     PAYLOAD\n"
+        "1   ops-mail  dead   1         2023-11-14 22:13:20  Rejected  "
+        '{"to":"a@example.com","fail":true}\n'
+    )
+    done = nilo_job("list", target, "--state", "dead", "--after", f"{T}.1")
+    assert (done.exit_code, done.stdout) == (0, "no more dead rows\n")
+    done = nilo_job("list", target, "--state", "done", "--kind", "ops-mail")
+    assert (done.exit_code, done.stdout) == (0, "no done rows of ops-mail\n")
+
+    done = nilo_job("list", target, "--state", "dead", "--limit", "1", "--json")
+    assert done.exit_code == 0
+    assert json.loads(done.stdout) == {"rows": [dataclasses.asdict(rows[2])], "next": cursor}
+    done = nilo_job("list", target, "--json")
+    assert json.loads(done.stdout) == {
+        "rows": [dataclasses.asdict(rows[i]) for i in (3, 5, 2, 1, 4)],
+        "next": None,
+    }
+
+
+def test_list_refuses_what_cannot_page(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/q.db"
+    assert nilo_job("migrate", url).exit_code == 0
+    done = nilo_job("list", url, "--after", "1.2")
+    assert done.exit_code == 2
+    assert done.stderr.endswith("Error: --after pages through one state: give --state too\n")
+    done = nilo_job("list", url, "--state", "dead", "--after", "yesterday")
+    assert done.exit_code == 2
+    assert done.stderr.endswith(
+        "Error: Invalid value for --after: 'yesterday' is not a cursor a page of `nilo-job list` "
+        "gave (`more: --after …`)\n"
+    )
+    done = nilo_job("list", url, "--state", "lost")
+    assert done.exit_code == 2
+    assert "'lost' is not one of 'queued', 'running', 'dead', 'done'" in done.stderr
+    assert nilo_job("list", url).stdout == "no rows\n"
+    assert nilo_job("list", url, "--kind", "ops-mail").stdout == "no rows of ops-mail\n"
+
+
+@pytest.mark.parametrize("through", ["url", "module"])
+def test_show_tells_a_rows_whole_story(
+    url: str, through: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = rows_of(url)
+    target = url
+    if through == "module":
+        monkeypatch.setenv(URL_ENV, url)
+        target = "tests.helpers.cli_ops_queue:make"
+
+    dead = rows[1]
+    assert dead.pushed_at is not None
+    assert dead.worker is not None
+    done = nilo_job("show", target, "1")
+    assert (done.exit_code, done.stdout) == (
+        0,
+        "id           1\n"
+        "kind         ops-mail\n"
+        "state        dead\n"
+        'payload      {"to":"a@example.com","fail":true}\n'
+        "key          -\n"
+        "attempts     1\n"
+        f"pushed       {utc_exact(dead.pushed_at)}\n"
+        "due          2023-11-14 22:13:20.000000 UTC\n"
+        "started      2023-11-14 22:13:20.000000 UTC\n"
+        "finished     -\n"
+        "died         2023-11-14 22:13:20.000000 UTC\n"
+        "lease until  -\n"
+        f"worker       {dead.worker}\n"
+        "error        Rejected\n"
+        "message      550 a@example.com\n"
+        "result       -\n"
+        "traceback:\n"
+        "  Traceback (most recent call last):\n"
+        f'    File "{QUEUE_FILE}", line {RAISE_LINE}, in run\n'
+        '      raise Rejected(f"550 {self.to}")\n'
+        "  tests.helpers.cli_ops_queue.Rejected: 550 a@example.com\n",
+    )
+
+    finished = rows[4]
+    assert finished.pushed_at is not None
+    assert finished.started_at is not None
+    assert finished.finished_at is not None
+    assert 0 <= finished.finished_at - finished.started_at < 1_000_000
+    done = nilo_job("show", target, "4")
+    assert (done.exit_code, done.stdout) == (
+        0,
+        "id           4\n"
+        "kind         ops-note\n"
+        "state        done\n"
+        'payload      {"text":"hi"}\n'
+        "key          -\n"
+        "attempts     1\n"
+        f"pushed       {utc_exact(finished.pushed_at)}\n"
+        "due          2023-11-14 22:13:22.000000 UTC\n"
+        f"started      {utc_exact(finished.started_at)}\n"  # the run's real length before the end
+        "finished     2023-11-14 22:13:22.000000 UTC\n"
+        "died         -\n"
+        "lease until  -\n"
+        f"worker       {finished.worker}\n"
+        "error        -\n"
+        "message      -\n"
+        'result       {"noted":"hi"}\n',
+    )
+    done = nilo_job("show", target, "5")
+    assert done.exit_code == 0
+    assert "key          welcome-d\n" in done.stdout
+    assert "started      -\n" in done.stdout
+
+    done = nilo_job("show", target, "4", "--json")
+    assert done.exit_code == 0
+    assert json.loads(done.stdout) == {
+        "id": 4,
+        "kind": "ops-note",
+        "state": "done",
+        "payload": {"text": "hi"},
+        "attempts": 1,
+        "run_at": T + 2_000_000,
+        "unique_key": None,
+        "pushed_at": finished.pushed_at,
+        "started_at": finished.started_at,
+        "finished_at": T + 2_000_000,
+        "died_at": None,
+        "lease_until": None,
+        "worker": finished.worker,
+        "error": None,
+        "message": None,
+        "traceback": None,
+        "result": {"noted": "hi"},
+        "unreadable": None,
+    }
+
+    done = nilo_job("show", target, "99")
+    assert (done.exit_code, done.stdout, done.stderr) == (
+        1,
+        "",
+        "Error: no job 99: no row has that id (a done row is kept only for the queue's "
+        "retention_ms)\n",
+    )

@@ -1,0 +1,145 @@
+"""The command line and the dashboard never answer with a traceback or a 500: a bad option, an
+id no store can hold, a URL PostgreSQL cannot read, a row another program wrote, a cookie that is
+not one of ours, a store that fails in the middle of an action; each gets a sentence."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import nilo_job as job
+from nilo_job.cli import main
+from nilo_job.dashboard import dashboard_app
+from tests.helpers.dashboard import SECRET, client
+
+
+def nilo_job(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+@dataclass
+class Mail:
+    nilo_job = "mail"
+    retry = job.Retry.NONE
+
+    to: str
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A SQLite file with the table, a foreign row with a BLOB payload and a text run_at, and a
+    dead one whose payload is not UTF-8."""
+    path = tmp_path / "q.db"
+    assert nilo_job("migrate", f"sqlite:///{path}").exit_code == 0
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts) "
+            "VALUES ('mail', x'7b7d', 'queued', 'tomorrow', 0)"
+        )
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, detail, "
+            "died_at) VALUES (CAST(x'6dff' AS TEXT), CAST(x'7bff7d' AS TEXT), 'dead', 1, 1, "
+            "'Boom', CAST(x'ff' AS TEXT), 5)"
+        )
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--log-level", "NOPE", "stats", "sqlite:///x.db"], "'NOPE' is not one of"),
+        (["cancel", "sqlite:///x.db", "99999999999999999999"], "is not in the range 1<="),
+        (["retry", "sqlite:///x.db", "0"], "is not in the range 1<="),
+        (["dead", "sqlite:///x.db", "--limit", "0"], "is not in the range 1<="),
+    ],
+)
+def test_a_bad_option_is_a_usage_error_not_a_traceback(args: list[str], said: str) -> None:
+    done = nilo_job(*args)
+    assert done.exit_code == 2
+    assert said in done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+
+
+def test_a_postgresql_url_with_a_space_is_one_sentence() -> None:
+    done = nilo_job("stats", "postgresql://me:secret@127.0.0.1/x y")
+    assert done.exit_code == 1
+    assert done.output == (
+        "Error: job.Table('postgresql://me:***@127.0.0.1/x y') is not a connection string "
+        'PostgreSQL reads: unexpected spaces found in "x y", use percent-encoded spaces (%20) '
+        "instead\n"
+    )
+
+
+def test_dead_over_rows_another_program_wrote_prints_what_it_can(db: Path) -> None:
+    done = nilo_job("dead", f"sqlite:///{db}", "--json")
+    assert done.exit_code == 0, done.output
+    assert done.output == (
+        '[{"id": 2, "kind": "m\ufffd", "error": "Boom", "attempts": 1, "died_at": 5, '
+        '"payload": "{\ufffd}", "message": "\ufffd", "traceback": ""}]\n'
+    )
+    table = nilo_job("dead", f"sqlite:///{db}")
+    assert table.exit_code == 0
+    assert "Boom" in table.output
+
+
+async def test_the_dashboard_shows_a_row_it_cannot_read_as_unreadable(db: Path) -> None:
+    table = job.Table(f"sqlite:///{db}")
+    jobs = job.Jobs(kinds=[Mail], store=table)
+    try:
+        async with client(dashboard_app(jobs, payloads=True)) as http:
+            page = await http.get("/")
+    finally:
+        await table.close()
+    assert page.status_code == 200
+    assert (
+        '<span class="unreadable">unreadable: its payload is stored as a BLOB, not text; '
+        "run_at is not a whole number (&#x27;tomorrow&#x27;)</span>"
+    ) in page.text
+    assert (
+        '<span class="unreadable">unreadable: its payload is not UTF-8 text; kind is not UTF-8 '
+        "text; detail is not UTF-8 text</span>"
+    ) in page.text
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        b"nilo_job_dashboard=v1.1.\xc3\xa9.abc",
+        b"nilo_job_dashboard=\xff\xfe",
+        b"nilo_job_dashboard=v1",
+    ],
+)
+async def test_a_cookie_that_is_not_ours_is_no_session_and_no_500(cookie: bytes) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=job.Memory())
+    async with client(dashboard_app(jobs, secret=SECRET)) as http:
+        page = await http.get("/", headers={b"cookie": cookie})
+    assert page.status_code == 200
+    assert 'id="login-form"' in page.text
+
+
+async def test_a_store_that_fails_during_an_action_is_a_503_with_a_sentence() -> None:
+    store = job.Memory()
+    jobs = job.Jobs(kinds=[Mail], store=store)
+
+    async def broken(row_id: int) -> bool:
+        raise job.StoreUnavailable("the database went away")
+
+    store.cancel = broken  # type: ignore[method-assign]
+    row = await jobs.push(Mail("a@example.com"))
+    origin = {"origin": "http://testserver"}
+    async with client(dashboard_app(jobs, secret=SECRET)) as http:
+        await http.post("/login", data={"secret": SECRET}, headers=origin)
+        page = (await http.get("/")).text
+        token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        answer = await http.post(f"/rows/{row}/cancel", data={"csrf": token}, headers=origin)
+    assert answer.status_code == 503
+    assert answer.text == "the dashboard could not do that: the database went away"

@@ -1,0 +1,562 @@
+"""The dashboard's pages over HTTP (httpx in process), on every store: the overview with its counts,
+rows, schedules and flow charts, the rows page with its filters and keyset pages, a row's page with
+its whole story, an unreadable row, a store of your own, a store that fails, the headers and
+static files, and the app mounted under a prefix or given a measured queue."""
+
+import contextlib
+import re
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+import nilo_job as job
+from nilo_job.dashboard import dashboard_app
+from nilo_job.dashboard._render import duration, relative
+from nilo_job.metrics import Metrics
+from nilo_job.store.contract import NewRow, RowView, Store
+from tests.helpers.dashboard import (
+    CSP,
+    MINUTE,
+    ORIGIN,
+    SECRET,
+    Mail,
+    Nightly,
+    Pulse,
+    Resize,
+    S,
+    cells,
+    client,
+    counts,
+    csrf,
+    dead_rows,
+    iso,
+    listed,
+    minutes,
+    per_kind,
+    stats,
+    text,
+    utc,
+)
+
+# ------------------------------------------------------------------------- the overview
+
+
+async def test_the_overview_shows_counts_rows_and_schedules(store: Store, t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail, Nightly, Pulse], store=store)
+    (dead,) = await dead_rows(jobs, t, "bad@example.com")
+    done = await jobs.push(Mail(to="ok@example.com"), at=t)
+    assert await jobs.drain_at(t) == 1
+    later = await jobs.push(Mail(to="a@example.com"), at=t + 60 * S, unique="welcome:7")
+    running = await jobs.push(Mail(to="b@example.com"), at=t)
+    (claimed,) = await store.claim(["mail"], t + S, t + 61 * S, 1)
+    assert claimed.id == running
+    await store.push([NewRow("theirs", b"{}", t)])
+    await jobs.seed_at(t)
+
+    async with client(dashboard_app(jobs)) as http:
+        answer = await http.get("/")
+    assert answer.status_code == 200
+    page = answer.text
+    assert counts(page) == {"queued": 4, "running": 1, "dead": 1, "done": 1}
+    assert per_kind(page) == {
+        **{("mail", state): 1 for state in ("queued", "running", "dead", "done")},
+        ("nightly", "queued"): 1,
+        ("nightly", "running"): 0,
+        ("nightly", "dead"): 0,
+        ("nightly", "done"): 0,
+        ("pulse", "queued"): 1,
+        ("pulse", "running"): 0,
+        ("pulse", "dead"): 0,
+        ("pulse", "done"): 0,
+        ("theirs", "queued"): 1,
+        ("theirs", "running"): 0,
+        ("theirs", "dead"): 0,
+        ("theirs", "done"): 0,
+    }
+    # Each count links to the rows it counts.
+    assert '<td class="n" id="count-dead"><a href="/rows?state=dead">1</a></td>' in page
+    assert 'data-state="done"><a href="/rows?state=done&amp;kind=mail">1</a>' in page
+    assert 'theirs <span class="rel">(not a kind of this queue)</span>' in page
+    row, kind, error, attempts, died = cells(page, dead)
+    assert [row, kind, attempts, died] == [str(dead), "mail", "1", utc(t)]
+    # The error's name (a link to the rows that failed with it), its message, and its
+    # traceback folded away under "traceback".
+    assert error.startswith("Rejected no such address tracebackTraceback (most recent call")
+    assert error.endswith("Rejected: no such address&#10;")
+    assert '<a href="/rows?state=dead&amp;kind=mail&amp;error=Rejected" class="error-link">' in page
+    assert cells(page, later) == [str(later), "mail", utc(t + 60 * S), "0", "", "welcome:7"]
+    assert cells(page, running) == [str(running), "mail", utc(t), "1", utc(t + 61 * S), ""]
+    assert f'id="row-{done}"' not in page  # done rows are counted and charted, not listed here
+    nightly = utc(Nightly.schedule.next(t))
+    schedules = [
+        [text(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in re.findall(r'<tr data-kind="\w+">(.*?)</tr>', page)
+    ]
+    assert schedules == [
+        ["nightly", "0 3 * * * (Asia/Jakarta)", "skip", "drop", f"{nightly}, row {later + 3}"],
+        ["pulse", "every 600,000 ms", "queue", "catch_up", f"{utc(t + 600 * S)}, row {later + 4}"],
+    ]  # fmt: skip
+    # Read-only: no forms at all, and it says so.
+    assert "<form" not in page
+    assert 'id="read-only"' in page
+    # Payloads are not shown unless asked for.
+    assert "bad@example.com" not in page
+    # No refresh unless asked for.
+    assert 'http-equiv="refresh"' not in page
+
+
+async def test_the_flow_charts_show_each_minute_of_the_last_hour(store: Store) -> None:
+    jobs = job.Jobs(kinds=[Mail, Resize], store=store)
+    now = job.now_us()
+    minute = now - now % MINUTE  # the start of this minute
+    seeded = {5: (3, 1), 12: (1, 0), 30: (0, 2)}  # minutes ago: (done, died) of mail
+    for ago, (ok, bad) in seeded.items():
+        at = minute - ago * MINUTE + 10 * S
+        for n in range(ok):
+            await jobs.push(Mail(to=f"ok{n}@example.com"), at=at)
+        for n in range(bad):
+            await jobs.push(Mail(to=f"bad{n}@example.com"), at=at)
+        assert await jobs.drain_at(at) == ok + bad
+    await jobs.push(Resize(n=-1), at=minute - 20 * MINUTE)
+    assert await jobs.drain_at(minute - 20 * MINUTE) == 1
+    waiting = await jobs.push(Resize(n=1), at=now - 90 * S)
+
+    async with client(dashboard_app(jobs)) as http:
+        page = (await http.get("/")).text
+    mail = minutes(page, "mail")
+    assert len(mail) == 60
+    last = max(mail)  # the minute the page was read in (the one the flow ends with)
+    start = int(datetime.strptime(last, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+    base = start * S
+    expected = {
+        iso(base - ago * MINUTE): pair
+        for ago, pair in seeded.items()
+        if base - ago * MINUTE >= base - 59 * MINUTE
+    }
+    assert {m: pair for m, pair in mail.items() if pair != (0, 0)} == expected
+    assert min(mail) == iso(base - 59 * MINUTE)
+    assert {m: pair for m, pair in minutes(page, "resize").items() if pair != (0, 0)} == {
+        iso(base - 20 * MINUTE): (0, 1)
+    }
+    # The tallest minute fills the chart; its bars' heights are in proportion.
+    svg = re.search(r'<svg class="chart"[^>]*data-kind="mail"[^>]*>', page)
+    assert svg is not None
+    assert 'data-peak="4" data-done="4" data-died="3"' in svg.group(0)
+    five = re.search(rf'data-minute="{iso(base - 5 * MINUTE)}".*?</g>', page)
+    assert five is not None
+    assert re.findall(r'<rect class="(done|died)" x="[\d.]+" y="([\d.]+)" width="[\d.]+" '
+                      r'height="([\d.]+)"', five.group(0)) == [
+        ("done", "23", "33"), ("died", "12", "11"),
+    ]  # fmt: skip
+    assert f"<title>{utc(base - 5 * MINUTE)[11:16]} UTC: 3 done, 1 died</title>" in page
+    mail_stats = stats(page, "mail")
+    # Run lengths are real (a few µs here); the rest is exact.
+    assert re.fullmatch(r"\d+ ms", mail_stats.pop("p50"))
+    assert re.fullmatch(r"\d+ ms", mail_stats.pop("p95"))
+    assert mail_stats == {
+        "done": "4",
+        "died": "3",
+        "latency": "0 ms",
+        "queued": "0",
+        "running": "0",
+        "dead": "3",
+    }
+    resize = stats(page, "resize")
+    assert re.fullmatch(r"1 min 3[01] s", resize.pop("latency")), page  # due 90 s ago
+    assert resize == {
+        "done": "0",
+        "died": "1",
+        "p50": "–",
+        "p95": "–",
+        "queued": "1",
+        "running": "0",
+        "dead": "1",
+    }
+    assert f'id="row-{waiting}"' in page
+
+
+async def test_auto_refresh_is_asked_for_in_the_query(dead_one: tuple[job.Jobs, int]) -> None:
+    jobs, _row = dead_one
+    async with client(dashboard_app(jobs)) as http:
+        ten = (await http.get("/?refresh=10")).text
+        wild = [(await http.get(f"/?refresh={n}")).text for n in ("1", "99999", "x", "")]
+    assert '<meta http-equiv="refresh" content="10">' in ten
+    assert '<a href="/?refresh=10" id="refresh-10" aria-current=true>10 s</a>' in ten
+    assert all('http-equiv="refresh"' not in page for page in wild)
+
+
+async def test_a_schedule_not_seeded_and_a_tick_running(t: int) -> None:
+    store = job.Memory()
+    jobs = job.Jobs(kinds=[Nightly], store=store)
+    async with client(dashboard_app(jobs)) as http:
+        before = (await http.get("/")).text
+        await jobs.seed_at(t)
+        tick = Nightly.schedule.next(t)
+        await store.claim(["nightly"], tick, tick + S, 1)
+        after = (await http.get("/")).text
+    assert text(re.findall(r'class="next-tick">(.*?)</td>', before)[0]) == (
+        "not seeded yet: serve() or seed() queues it"
+    )
+    assert text(re.findall(r'class="next-tick">(.*?)</td>', after)[0]) == (
+        f"running now (the tick due {utc(tick)})"
+    )
+    assert 'id="none-queued"' in after
+    assert 'id="none-dead"' in after
+
+
+class Elsewhere:
+    """A store of someone else's: the contract, through a Memory it keeps."""
+
+    def __init__(self) -> None:
+        self.inner = job.Memory()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+class ElsewhereHolding(Elsewhere):
+    """The same, answering `holding` itself."""
+
+    async def holding(self, key: str, kinds: list[str]) -> list[RowView]:
+        return [RowView(42, "nightly", "queued", b"{}", 7 * S, 0, key, None, None, None)]
+
+
+async def test_a_store_of_your_own_shows_the_rows_its_holding_answers(t: int) -> None:
+    pages = []
+    for store in (Elsewhere(), ElsewhereHolding()):
+        jobs = job.Jobs(kinds=[Nightly], store=store)  # type: ignore[arg-type]
+        await jobs.seed_at(t)
+        async with client(dashboard_app(jobs)) as http:
+            pages.append((await http.get("/")).text)
+    assert [text(re.findall(r'class="next-tick">(.*?)</td>', page)[0]) for page in pages] == [
+        f"{utc(Nightly.schedule.next(t))}, row 1",
+        f"{utc(7 * S)}, row 42",
+    ]
+    assert [counts(page) for page in pages] == [
+        {"queued": 1, "running": 0, "dead": 0, "done": 0}
+    ] * 2
+
+
+class Partial:
+    """A store of your own that forwards only some of the contract."""
+
+    def __init__(self) -> None:
+        self.inner = job.Memory()
+
+    def __getattr__(self, name: str) -> object:
+        if name in {"claim", "finish"}:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_a_forwarding_store_is_taken_and_one_lacking_methods_is_refused_naming_them() -> None:
+    assert job.Jobs(kinds=[Nightly], store=Elsewhere()).store.__class__ is Elsewhere  # type: ignore[arg-type]
+    with pytest.raises(job.Refusal) as refused:
+        job.Jobs(kinds=[Nightly], store=Partial())  # type: ignore[arg-type]
+    assert str(refused.value).endswith(
+        "a store of your own must have every method of nilo_job.store.contract.Store, and this "
+        "one lacks claim, finish"
+    )
+    with pytest.raises(job.Refusal, match=r"and this one has none$"):
+        job.Jobs(kinds=[Nightly], store=None)  # type: ignore[arg-type]
+
+
+async def test_payloads_when_asked_are_escaped_and_cut(t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=job.Memory())
+    short = await jobs.push(Mail(to="<script>alert(1)</script>"), at=t + S)
+    long = await jobs.push(Mail(to="x" * 300), at=t + 2 * S)
+    async with client(dashboard_app(jobs, payloads=True)) as http:
+        page = (await http.get("/")).text
+        whole = (await http.get(f"/rows/{long}")).text
+    assert "<script>" not in page
+    assert "<code>{&quot;to&quot;:&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;}</code>" in page
+    assert cells(page, long)[-1] == '{"to":"' + "x" * 153 + "…"
+    assert cells(page, short)[-1] == '{"to":"&lt;script&gt;alert(1)&lt;/script&gt;"}'
+    assert "<code>{&quot;to&quot;:&quot;" + "x" * 300 + "&quot;}</code>" in whole
+
+
+async def test_the_overview_lists_ten_rows_of_a_state_and_links_to_the_rest(t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=job.Memory())
+    rows = [await jobs.push(Mail(to=f"{n}@example.com"), at=t + n) for n in range(12)]
+    async with client(dashboard_app(jobs)) as http:
+        page = (await http.get("/")).text
+    assert listed(page) == rows[:10]
+    assert (
+        '<p class="more">The first 10 of 12: <a href="/rows?state=queued" id="all-queued">'
+        "all queued rows</a>.</p>"
+    ) in page
+    async with client(dashboard_app(jobs, limit=2)) as http:
+        small = (await http.get("/")).text
+    assert listed(small) == rows[:2]
+
+
+async def test_a_store_that_cannot_be_read_is_a_503_that_says_why() -> None:
+    class Unreachable(job.Memory):
+        async def counts(self) -> dict[tuple[str, str], int]:
+            raise job.StoreUnavailable("PostgreSQL: connection refused")
+
+        async def find(self, *args: object) -> list[RowView]:
+            raise job.StoreUnavailable("PostgreSQL: connection refused")
+
+        async def row(self, row_id: int) -> RowView | None:
+            raise job.StoreUnavailable("PostgreSQL: connection refused")
+
+    jobs = job.Jobs(kinds=[Mail], store=Unreachable())
+    async with client(dashboard_app(jobs)) as http:
+        answers = [await http.get(path) for path in ("/", "/rows?state=dead", "/rows/7")]
+    problem = (
+        '<p class="problem" id="problem">The store cannot be read: PostgreSQL: connection '
+        "refused</p>"
+    )
+    assert [(a.status_code, problem in a.text) for a in answers] == [(503, True)] * 3
+
+
+async def test_headers_static_files_and_methods() -> None:
+    jobs = job.Jobs(kinds=[Mail], store=job.Memory())
+    async with client(dashboard_app(jobs, secret=SECRET)) as http:
+        page = await http.get("/")
+        css = await http.get("/static/dashboard.css")
+        js = await http.get("/static/dashboard.js")
+        missing = await http.get("/static/other.js")
+        wrong_method = await http.get("/rows/1/retry")
+        wrong_bulk = await http.get("/bulk")
+    for answer in (page, css, js, missing):
+        assert answer.headers["content-security-policy"] == CSP
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["referrer-policy"] == "same-origin"
+        assert answer.headers["cache-control"] == "no-store"
+    assert (css.status_code, css.headers["content-type"]) == (200, "text/css; charset=utf-8")
+    assert css.text.startswith("/* The dashboard's one stylesheet")
+    assert (js.status_code, js.headers["content-type"]) == (
+        200,
+        "text/javascript; charset=utf-8",
+    )
+    assert js.text.startswith("// The dashboard's one script")
+    assert missing.status_code == 404
+    assert '<script src="/static/dashboard.js" defer></script>' in page.text
+    assert "<style" not in page.text
+    assert " style=" not in page.text
+    assert "onclick" not in page.text
+    assert (wrong_method.status_code, wrong_bulk.status_code) == (405, 405)
+
+
+def test_relative_hints_and_durations() -> None:
+    now = 10_000 * S
+    assert [
+        relative(now, now),
+        relative(now + 999_999, now),
+        relative(now + 59 * S, now),
+        relative(now - 61 * S, now),
+        relative(now + 3 * 3_600 * S, now),
+        relative(now - 2 * 86_400 * S - 1, now),
+    ] == ["now", "now", "in 59 s", "1 min ago", "in 3 h", "2 d ago"]
+    assert [duration(ms) for ms in (None, 0, 840.4, 2_500, 184_000, 7_380_000)] == [
+        "–", "0 ms", "840 ms", "2.5 s", "3 min 4 s", "2 h 3 min",
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- the rows page
+
+
+async def test_the_rows_page_filters_by_state_kind_and_error(store: Store, t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail, Resize], store=store)
+    bad = await dead_rows(jobs, t, "bad1@x", "bounce1@x", "bad2@x")
+    await jobs.push(Resize(n=-1), at=t + 10 * S)
+    assert await jobs.drain_at(t + 10 * S) == 1
+    queued = await jobs.push(Mail(to="later@x"), at=t + 3_600 * S, unique="welcome:1")
+    async with client(dashboard_app(jobs)) as http:
+        dead = (await http.get("/rows?state=dead")).text
+        mail = (await http.get("/rows?state=dead&kind=mail")).text
+        rejected = await http.get("/rows?state=dead&kind=mail&error=Rejected")
+        nothing = (await http.get("/rows?state=dead&kind=mail&error=KeyError")).text
+        everything = (await http.get("/rows")).text
+        by_key = (await http.get("/rows?q=welcome:1")).text
+        by_id = await http.get(f"/rows?q={bad[1]}")
+        unknown_id = (await http.get("/rows?q=999999")).text
+        bad_state = await http.get("/rows?state=finished")
+        bad_cursor = await http.get("/rows?state=dead&after=nope")
+    assert listed(dead) == [bad[2] + 1, bad[2], bad[1], bad[0]]  # newest death first
+    assert 'Dead rows: <span id="total">4</span>; showing 1–4.' in dead
+    assert listed(mail) == [bad[2], bad[1], bad[0]]
+    assert 'Dead rows of mail: <span id="total">3</span>; showing 1–3.' in mail
+    assert rejected.status_code == 200
+    assert listed(rejected.text) == [bad[2], bad[0]]
+    assert (
+        'Dead rows of mail that failed with Rejected: <span id="total">2</span>; showing 1–2.'
+    ) in rejected.text
+    # The form shows the filter it applied.
+    assert '<option value="dead" selected>dead</option>' in rejected.text
+    assert '<option value="mail" selected>mail</option>' in rejected.text
+    assert 'name="error" id="f-error" placeholder="class name" value="Rejected"' in rejected.text
+    assert listed(nothing) == []
+    assert '<p class="empty" id="none">No rows match.</p>' in nothing
+    # Without a state: rows of every state, queued first.
+    assert listed(everything) == [queued, bad[2] + 1, bad[2], bad[1], bad[0]]
+    assert cells(everything, queued)[2:4] == ["queued", utc(t + 3_600 * S)]
+    # The search box: a unique key lists its rows, a row id opens the row.
+    assert listed(by_key) == [queued]
+    assert "All rows holding the key &#x27;welcome:1&#x27;: <span" in by_key
+    assert (by_id.status_code, by_id.headers["location"]) == (303, f"/rows/{bad[1]}")
+    assert listed(unknown_id) == []  # no such row, and no such key
+    assert (bad_state.status_code, bad_cursor.status_code) == (400, 400)
+    assert "That filter cannot be read: state=&#x27;finished&#x27;" in bad_state.text
+    assert "That filter cannot be read: after=&#x27;nope&#x27; is not a cursor" in bad_cursor.text
+
+
+async def test_250_rows_come_in_three_keyset_pages(store: Store, t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    pushed = [await jobs.push(Mail(to=f"{n}@x"), at=t + (n % 7) * S) for n in range(250)]
+    by_due = sorted(pushed, key=lambda row: (t + (pushed.index(row) % 7) * S, row))
+    seen: list[int] = []
+    summaries = []
+    async with client(dashboard_app(jobs)) as http:
+        path: str | None = "/rows?state=queued"
+        while path is not None:
+            page = (await http.get(path)).text
+            seen.extend(listed(page))
+            summary = re.search(r'<p class="summary" id="summary">(.*?)</p>', page)
+            assert summary is not None
+            summaries.append(text(summary.group(1)))
+            found = re.search(r'<a href="([^"]+)" id="next-page" rel="next">', page)
+            path = None if found is None else found.group(1).replace("&amp;", "&")
+    assert seen == by_due  # each row once, none missed, in due order
+    assert summaries == [
+        "Queued rows: 250; showing 1–100.",
+        "Queued rows: 250; showing 101–200.",
+        "Queued rows: 250; showing 201–250.",
+    ]
+
+
+# ---------------------------------------------------------------------------- a row's page
+
+
+async def test_a_row_page_tells_the_whole_story(store: Store, t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=store)
+    (dead,) = await dead_rows(jobs, t, "bad@example.com")
+    done = await jobs.push(Mail(to="ok@example.com"), at=t + S, unique="welcome:9")
+    assert await jobs.drain_at(t + 2 * S) == 1
+    hidden_app = dashboard_app(jobs)
+    shown_app = dashboard_app(jobs, payloads=True)
+    async with client(hidden_app) as http:
+        dead_page = await http.get(f"/rows/{dead}")
+        done_hidden = (await http.get(f"/rows/{done}")).text
+        missing = await http.get("/rows/999999")
+        huge = await http.get("/rows/99999999999999999999")
+    async with client(shown_app) as http:
+        done_shown = (await http.get(f"/rows/{done}")).text
+        dead_shown = (await http.get(f"/rows/{dead}")).text
+    assert dead_page.status_code == 200
+    page = dead_page.text
+    worker = (await jobs.row(dead)).worker  # type: ignore[union-attr]
+    assert worker is not None
+    assert re.fullmatch(r".+:\d+", worker)
+    fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', page))
+    assert {name: text(value) for name, value in fields.items()} == {
+        "kind": "mail",
+        "state": "dead",
+        "key": "–",
+        "pushed": utc((await jobs.row(dead)).pushed_at),  # type: ignore[arg-type,union-attr]
+        "due": utc(t),
+        "started": utc(t),
+        "died": utc(t),
+        "attempts": "1",
+        "worker": worker,
+    }
+    assert '<p class="error" id="error-name">Rejected</p>' in page
+    assert '<p class="message" id="message">no such address</p>' in page
+    trace = re.search(r'<pre class="trace" id="traceback">(.*?)</pre>', page, re.S)
+    assert trace is not None
+    assert trace.group(1).startswith("Traceback (most recent call last):\n")
+    assert trace.group(1).endswith("Rejected: no such address\n")
+    assert "bad@example.com" not in page
+    assert 'id="payload-hidden"' in page
+    assert "<form" not in page  # read-only
+    assert '<a href="/rows?state=dead&amp;kind=mail" id="back">' in page
+    done_fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', done_hidden))
+    assert [text(done_fields[name]) for name in ("state", "key", "finished")] == [
+        "done", "welcome:9", utc(t + 2 * S),
+    ]  # fmt: skip
+    assert re.fullmatch(r"\d+ ms", text(done_fields["took"]))  # the run's real length
+    assert "ok@example.com" not in done_hidden  # neither payload nor result
+    assert '<section id="payload"><h2>Payload</h2><code>{&quot;to&quot;:&quot;ok@example.com' in (
+        done_shown
+    )
+    assert (
+        '<section id="result"><h2>Result</h2><pre>{\n  &quot;sent&quot;: '
+        "&quot;ok@example.com&quot;\n}</pre></section>"
+    ) in done_shown
+    assert 'id="result"' not in dead_shown
+    assert (missing.status_code, huge.status_code) == (404, 404)
+    assert '<p class="problem" id="missing">There is no row 999999: it never existed' in (
+        missing.text
+    )
+
+
+async def test_a_row_another_program_wrote_shows_as_unreadable(tmp_path: Path) -> None:
+    table = job.Table(f"sqlite:///{tmp_path}/q.db")
+    await table.create_missing()
+    with contextlib.closing(sqlite3.connect(tmp_path / "q.db")) as conn, conn:
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, detail, "
+            "died_at) VALUES ('mail', x'7b7d', 'dead', 1, 1, 'Boom', 'it broke', 5)"
+        )
+    conn.close()
+    jobs = job.Jobs(kinds=[Mail], store=table)
+    try:
+        async with client(dashboard_app(jobs, payloads=True)) as http:
+            rows = await http.get("/rows?state=dead")
+            row = await http.get("/rows/1")
+    finally:
+        await table.close()
+    assert (rows.status_code, row.status_code) == (200, 200)
+    marker = '<span class="unreadable">unreadable: its payload is stored as a BLOB, not text</span>'
+    assert marker in rows.text
+    assert '<dd id="f-unreadable"><span class="unreadable">its payload is stored as a BLOB' in (
+        row.text
+    )
+    assert '<span class="unreadable">cannot be read</span>' in row.text
+
+
+# ------------------------------------------------------------------------------ mounting
+
+
+async def test_mounted_under_a_prefix(dead_one: tuple[job.Jobs, int]) -> None:
+    jobs, row = dead_one
+    app = Starlette(routes=[Mount("/ops/jobs", app=dashboard_app(jobs, secret=SECRET))])
+    async with client(app) as http:
+        page = (await http.get("/ops/jobs/")).text
+        assert '<link rel="stylesheet" href="/ops/jobs/static/dashboard.css">' in page
+        assert '<script src="/ops/jobs/static/dashboard.js" defer></script>' in page
+        assert '<form method="post" action="/ops/jobs/login" id="login-form">' in page
+        assert '<a href="/ops/jobs/rows" id="nav-rows">' in page
+        assert f'<a href="/ops/jobs/rows/{row}">{row}</a>' in page
+        answer = await http.post("/ops/jobs/login", data={"secret": SECRET}, headers=ORIGIN)
+        assert "; Path=/ops/jobs/; " in answer.headers["set-cookie"]
+        token = csrf((await http.get("/ops/jobs/")).text)
+        rows = (await http.get("/ops/jobs/rows?state=dead")).text
+        assert '<form method="post" action="/ops/jobs/bulk" id="bulk" class="bulk">' in rows
+        answer = await http.post(
+            f"/ops/jobs/rows/{row}/retry", data={"csrf": token}, headers=ORIGIN
+        )
+        assert answer.headers["location"] == f"/ops/jobs/rows/{row}?did=retried&row={row}"
+        answer = await http.post(
+            "/ops/jobs/pause", data={"csrf": token, "kind": "mail"}, headers=ORIGIN
+        )
+        assert answer.headers["location"] == "/ops/jobs/?did=paused&kind=mail"
+        assert (await http.get("/ops/jobs/static/dashboard.css")).status_code == 200
+    assert await jobs.stats() == (1, 0, 0)
+
+
+async def test_a_measured_queue_shows_the_same(t: int) -> None:
+    jobs = job.Jobs(kinds=[Mail, Nightly], store=job.Memory())
+    Metrics(jobs)
+    await jobs.seed_at(t)
+    async with client(dashboard_app(jobs)) as http:
+        page = (await http.get("/")).text
+    tick = Nightly.schedule.next(t)
+    assert text(re.findall(r'class="next-tick">(.*?)</td>', page)[0]) == f"{utc(tick)}, row 1"

@@ -1,0 +1,118 @@
+"""Django's Tasks framework (`django.tasks`) on nilo-job: `nilo_job.django.TaskBackend` in the
+example project `examples/django_tasks`, with a real worker process, on SQLite and PostgreSQL.
+
+Django's settings are global to a process, so each database runs
+`tests/helpers/django_tasks_scenarios.py` in a pytest process of its own (the scenarios are
+there). Django 6 needs Python 3.12 or newer: on an older Python this module skips, whatever CI
+says, and imports nothing of Django's; the 3.12 run covers it. On 3.12 a Django without
+`django.tasks` skips too, except in CI (CI=true), where it is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+if sys.version_info < (3, 12):
+    pytest.skip("Django's Tasks framework needs Django 6 (Python 3.12+)", allow_module_level=True)
+
+if importlib.util.find_spec("django") is None or importlib.util.find_spec("django.tasks") is None:
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI needs Django 6.1 on Python 3.12+: pip install 'django>=6.1'")
+    pytest.skip(
+        "Django's Tasks framework needs Django 6: pip install 'django>=6.1'",
+        allow_module_level=True,
+    )
+
+SCENARIOS = 16
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_djangos_tasks_run_on_nilo_job(
+    database: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if database == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path}/tasks.db"
+    env = {**os.environ, "DJANGO_TASKS_DATABASE_URL": url}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/helpers/django_tasks_scenarios.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert re.match(rf"^{SCENARIOS} passed in [\d.]+s", last), done.stdout
+
+
+def test_the_backend_says_what_it_supports_as_djangos_contract_asks() -> None:
+    import nilo_job.django as backend
+
+    assert backend.TaskBackend.supports_defer is True
+    assert backend.TaskBackend.supports_async_task is True
+    assert backend.TaskBackend.supports_get_result is True
+    assert backend.TaskBackend.supports_priority is False
+
+
+def test_the_worker_without_djangos_settings_says_what_to_set() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nilo_job", "worker", "nilo_job.django:jobs"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        "Error: nilo_job.django:jobs builds a queue that cannot work: nilo_job.django needs "
+        "Django's settings: set DJANGO_SETTINGS_MODULE, like "
+        "DJANGO_SETTINGS_MODULE=mysite.settings nilo-job worker nilo_job.django:jobs\n"
+    )
+
+
+def test_check_lists_a_kind_per_queue_and_the_lease_from_timeout_ms(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "examples.django_tasks.settings",
+        "DJANGO_TASKS_DATABASE_URL": f"sqlite:///{tmp_path}/tasks.db",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "nilo_job", "check", "nilo_job.django:jobs"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        "ok: 4 kinds (django:default:default, django:default:default:async, "
+        "django:default:reports, django:default:reports:async), lease 31000 ms\n"
+    )

@@ -1,0 +1,335 @@
+"""nilo-job behind a real PgBouncer in transaction pooling mode.
+
+The `bouncer` fixture starts PgBouncer (`pool_mode = transaction`, two server connections per
+database, so that many client connections take turns on the same few sessions) in front of the
+test's database, and stops it after. Through it: pushes one at a time (more than psycopg's
+prepare threshold, which would otherwise prepare statements on sessions that are not the
+client's), push_many, push_in on an application's connection, claims and ends by drain; serve
+polling only, and serve listening on a direct URL, woken at once by another process's push; and
+two worker processes of four workers on 1,000 rows, each run exactly once.
+
+Without PgBouncer (`/usr/sbin/pgbouncer`, Debian's `pgbouncer` package) the tests skip with the
+reason, except in CI (CI=true), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
+
+import nilo_job as job
+from tests.helpers.serving import listeners, until
+from tests.helpers.workers import procs_queue, start, stop
+
+ROWS = 1_000
+
+pytestmark = pytest.mark.postgres
+
+
+def _pgbouncer() -> str:
+    found = shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
+    )
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs PgBouncer: apt-get install pgbouncer")
+        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def bouncer(pg_url: str) -> Iterator[str]:
+    """The URL of the test's database through a PgBouncer of its own in transaction mode."""
+    binary = _pgbouncer()
+    server = conninfo_to_dict(pg_url)
+    port = _free_port()
+    # PgBouncer will not run as root: it is told to become `nobody`, who must read its config.
+    folder = Path(tempfile.mkdtemp(prefix="nilo-pgbouncer-"))
+    folder.chmod(0o755)
+    config = folder / "pgbouncer.ini"
+    config.write_text(
+        "[databases]\n"
+        f"* = host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)} "
+        f"user={server.get('user', 'postgres')}"
+        + (f" password={server['password']}" if server.get("password") else "")
+        + "\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        "auth_type = any\npool_mode = transaction\n"
+        "default_pool_size = 2\nmax_client_conn = 500\n"
+    )
+    config.chmod(0o644)
+    as_root = ["-u", "nobody"] if os.geteuid() == 0 else []
+    log = (folder / "out.log").open("wb")
+    proc = subprocess.Popen([binary, *as_root, str(config)], stdout=log, stderr=log)
+    url = f"postgresql://{server.get('user', 'postgres')}@127.0.0.1:{port}/{server['dbname']}"
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # until it accepts connections (bounded)
+            try:
+                psycopg.connect(url, connect_timeout=2, prepare_threshold=None).close()
+                break
+            except psycopg.OperationalError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"PgBouncer did not start: {(folder / 'out.log').read_text()}"
+                    ) from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_ran: list[int] = []
+
+
+@dataclass
+class Note:
+    nilo_job = "note"
+    retry = job.Retry.NONE
+
+    n: int
+
+    async def run(self) -> None:
+        _ran.append(self.n)
+
+
+def _server_sessions(pg_url: str) -> int:
+    """How many sessions the server holds on the test's database, besides this one."""
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return 0 if found is None else int(found[0])
+
+
+async def test_pushes_push_in_claims_and_ends_go_through_pgbouncer(
+    bouncer: str, pg_url: str
+) -> None:
+    _ran.clear()
+    queue = job.Jobs(kinds=[Note], store=job.Table(bouncer, pooler=True))
+    other = job.Jobs(kinds=[Note], store=job.Table(bouncer, pooler=True))
+    try:
+        # Two stores pushing at once, one row at a time, share PgBouncer's two sessions: with
+        # prepared statements they would meet each other's `_pg3_0` and fail.
+        ids = await asyncio.gather(
+            *(queue.push(Note(n)) for n in range(20)),
+            *(other.push(Note(n)) for n in range(20, 40)),
+        )
+        assert len(set(ids)) == 40
+        many = await queue.push_many([Note(n) for n in range(40, 140)])
+        assert len(set(many)) == 100
+        unique = [await queue.push(Note(140), unique="one") for _ in range(3)]
+        assert unique[0] is not None
+        assert unique[1:] == [None, None]
+        async with await psycopg.AsyncConnection.connect(bouncer, prepare_threshold=None) as conn:
+            async with conn.transaction():
+                for n in range(141, 151):
+                    await queue.push_in(conn, Note(n))
+            async with conn.transaction():
+                await queue.push_in(conn, Note(999))
+                raise psycopg.Rollback()  # a rolled-back push is never there
+        assert await queue.drain() == 151
+        assert sorted(_ran) == list(range(151))
+        assert await queue.stats() == (0, 0, 0)
+        assert _server_sessions(pg_url) <= 2  # every client connection took turns on two
+        # The workers' settings lasted only for their own transactions: the sessions PgBouncer
+        # lends to everyone else next have the server's own.
+        async with await psycopg.AsyncConnection.connect(
+            bouncer, prepare_threshold=None, autocommit=True
+        ) as conn:
+            for _ in range(4):
+                cur = await conn.execute(
+                    "SELECT current_setting('synchronous_commit'), "
+                    "current_setting('enable_bitmapscan')"
+                )
+                assert await cur.fetchone() == ("on", "on")
+    finally:
+        await queue.store.close()
+        await other.store.close()
+
+
+def test_the_url_can_say_pooler_and_listen_url(pg_url: str) -> None:
+    url = f"{pg_url}?connect_timeout=5&nilo_pooler=true&nilo_listen_url={quote(pg_url, safe='')}"
+    table = job.Table(url)
+    assert (table.pooler, table.listen_url) == (True, pg_url)  # type: ignore[attr-defined]
+    assert table.conninfo == f"{pg_url}?connect_timeout=5"  # type: ignore[attr-defined]
+    plain = job.Table(f"{pg_url}?nilo_pooler=false")
+    assert (plain.pooler, plain.listen_url) == (False, None)  # type: ignore[attr-defined]
+    with pytest.raises(job.Refusal, match=r"nilo_pooler='yes' in the URL: write nilo_pooler=true"):
+        job.Table(f"{pg_url}?nilo_pooler=yes")
+    with pytest.raises(job.Refusal, match=r"two listen URLs"):
+        job.Table(f"{pg_url}?nilo_listen_url={quote(pg_url)}", listen_url=pg_url + "x")
+    with pytest.raises(job.Refusal, match=r"pooler='yes'\): pass True or False"):
+        job.Table(pg_url, pooler="yes")
+    with pytest.raises(job.Refusal, match=r"listen_url='mysql://db': pass the direct"):
+        job.Table(pg_url, pooler=True, listen_url="mysql://db")
+
+
+async def test_an_application_pool_behind_pgbouncer_must_not_prepare(bouncer: str) -> None:
+    preparing = AsyncConnectionPool(bouncer, open=False)
+    with pytest.raises(job.Refusal, match=r"kwargs=\{'prepare_threshold': None\}"):
+        job.Table(preparing, pooler=True)
+    _ran.clear()
+    pool = AsyncConnectionPool(bouncer, open=False, kwargs={"prepare_threshold": None})
+    await pool.open()
+    try:
+        queue = job.Jobs(kinds=[Note], store=job.Table(pool, pooler=True))
+        for n in range(12):
+            await queue.push(Note(n))
+        assert await queue.drain() == 12
+        assert sorted(_ran) == list(range(12))
+    finally:
+        await pool.close()
+
+
+async def test_serve_behind_pgbouncer_without_listen_url_polls_and_says_so(
+    bouncer: str, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="nilo_job")
+    _ran.clear()
+    queue = job.Jobs(kinds=[Note], store=job.Table(bouncer, pooler=True), poll_ms=100)
+    pusher = job.Jobs(kinds=[Note], store=job.Table(bouncer, pooler=True))  # another producer
+    serving = asyncio.create_task(queue.serve())
+    try:
+        await until("serve to start", lambda: "serving note" in caplog.text)
+        await pusher.push(Note(1))
+        await until("the poll to find the row", lambda: _ran == [1], seconds=10)
+        assert listeners(pg_url) == 0  # nothing listens: a pooler cannot carry LISTEN
+    finally:
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+        await queue.store.close()
+        await pusher.store.close()
+    where = f"127.0.0.1:{conninfo_to_dict(bouncer)['port']}/{conninfo_to_dict(bouncer)['dbname']}"
+    assert (
+        f"not listening for other processes' pushes: PostgreSQL at {where} is behind a pooler "
+        "(pooler=True) and no listen_url was given; their rows are found by the poll (poll_ms)"
+    ) in caplog.messages
+
+
+# --------------------------------------------------------------------- real worker processes
+
+
+@pytest.fixture
+def env(
+    bouncer: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """The worker processes' environment: the store is PgBouncer's URL, saying the pooler and
+    the direct URL to listen on in its own query (as a deployment's one setting would)."""
+    values = {
+        "NILO_TEST_STORE": f"{bouncer}?nilo_pooler=true&nilo_listen_url={quote(pg_url, safe='')}",
+        "NILO_TEST_OUT": str(tmp_path),
+        "NILO_TEST_TIMEOUT_MS": "20000",
+        "NILO_TEST_POLL_MS": "200",
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+@pytest.fixture
+async def queue(env: dict[str, str]) -> AsyncIterator[job.Jobs]:
+    async for jobs in procs_queue():
+        yield jobs
+
+
+async def wait_stamp(out: Path, n: int, seconds: float) -> None:
+    path = out / f"stamp-{n}"
+    await until(f"row {n} to start", path.exists, seconds=seconds)
+
+
+@pytest.mark.procs
+async def test_a_worker_behind_pgbouncer_listens_on_the_direct_url_and_wakes_at_once(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path, pg_url: str
+) -> None:
+    from tests.helpers import procs_kinds
+
+    # A poll of ten minutes: a row that starts within a tenth of it was woken by the NOTIFY,
+    # which went through PgBouncer with the push and reached the listener on the direct URL.
+    poll_ms = 600_000
+    worker = start(env, poll_ms=poll_ms)
+    try:
+        await until("the worker to listen on the server", lambda: listeners(pg_url) == 1)
+        for n in range(1, 6):
+            await queue.push(procs_kinds.Stamp(n=n))
+            await wait_stamp(tmp_path, n, poll_ms / 1_000 / 10)
+    finally:
+        code, output = stop(worker)
+    assert code == 0, output
+    server = conninfo_to_dict(pg_url)
+    assert (
+        f"listening for other processes' pushes on PostgreSQL at "
+        f"{server['host']}:{server['port']}/{server['dbname']} (direct, beside the pooler)"
+    ) in output, output
+    assert "Traceback" not in output, output
+
+
+def _runs(out: Path) -> Counter[int]:
+    count: Counter[int] = Counter()
+    for log in out.glob("work-*.log"):
+        for line in log.read_text().splitlines():
+            count[int(line.split()[0])] += 1
+    return count
+
+
+@pytest.mark.procs
+async def test_two_processes_of_four_workers_behind_pgbouncer_run_1000_rows_exactly_once(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path, bouncer: str, pg_url: str
+) -> None:
+    from tests.helpers import procs_kinds
+
+    workers = [start(env, "--workers", "4") for _ in range(2)]
+    try:
+        await until("the two workers to listen", lambda: listeners(pg_url) == 2, seconds=30)
+        # Eight rows that can only finish together: both processes take part in the claims.
+        await queue.push_many([procs_kinds.Meet(n=n, of=8) for n in range(8)])
+        async with (
+            await psycopg.AsyncConnection.connect(bouncer, prepare_threshold=None) as conn,
+            conn.transaction(),
+        ):
+            for n in range(ROWS):
+                await queue.push_in(conn, procs_kinds.Work(n=n))
+        deadline = time.monotonic() + 120
+        while (stats := await queue.stats()).queued or stats.running:
+            assert time.monotonic() < deadline, f"not settled: {stats}"
+            await asyncio.sleep(0.1)
+    finally:
+        results = [stop(proc) for proc in workers]
+    count = _runs(tmp_path)
+    assert sorted(count) == list(range(ROWS))
+    assert set(count.values()) == {1}
+    assert procs_kinds.met(tmp_path) == {proc.pid: 4 for proc in workers}
+    for code, output in results:
+        assert code == 0, output
+        assert "Traceback" not in output, output
+        assert "event loop:" in output, output
+    assert await queue.stats() == (0, 0, 0)
