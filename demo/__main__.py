@@ -220,7 +220,7 @@ async def demo(directory: Path, timeout_s: float, out: TextIO) -> dict[str, Any]
                 p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
             ),
         }
-        command = [sys.executable, "-m", "nilo_job.cli", "worker", "demo.app:jobs"]
+        command = [sys.executable, "-m", "nilo_job", "worker", "demo.app:jobs"]
         command += ["--workers", str(WORKERS)]
         t1 = time.monotonic()
         with log_path.open("w") as log:

@@ -3,8 +3,8 @@
 A store only stores. Every decision (is this a retry or dead, when is the next attempt, what is the
 lease) is made by the queue above it and handed down as a value; a store applies it in one
 statement (or one transaction) and answers. The async calls below that touch rows are the
-whole of it; `open`/`close`/`ping` are its lifecycle. A third store is this Protocol and
-the contract tests in `tests/stores/test_contract.py` run against it.
+whole of it; `open`/`close`/`ping` are its lifecycle. A store of your own is this Protocol,
+every method of it.
 
 Times are microseconds since the epoch, always handed in by the caller: a store never reads the
 clock. Payloads are the JSON bytes the queue encoded.
