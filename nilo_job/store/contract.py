@@ -280,6 +280,11 @@ class Store(Protocol):
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         """`push` through the caller's own open transaction `tx`; the rows exist once it commits.
 
+        A store that can write through a synchronous connection also has
+        `push_in_now(tx, rows) -> list[int | None]`, the same in the caller's thread without an
+        event loop, which `jobs.sync.push_in` calls; without it, `jobs.sync.push_in` is refused
+        with a sentence.
+
         Raises:
             Refusal: this store cannot write through `tx` (the message lists what it accepts).
         """
