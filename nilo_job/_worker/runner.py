@@ -22,7 +22,7 @@ import msgspec
 
 from .._errors import BadPayload
 from .._kinds import Kind
-from .._types import Missed, Overlap, State, Tick
+from .._types import State, Tick
 from ..store.contract import Claimed, Died, Done, NewRow, Released
 from . import outcome
 from .calling import Execution, arguments, call_async, call_in_thread
@@ -100,23 +100,12 @@ class Runner:
             return False
         then_at_end = False
         if self.ticks.holds_schedule(kind, row):
-            now = clock()
-            if outcome.tick_is_missed(kind, row.run_at, now) and kind.missed is Missed.DROP:
-                log.info(
-                    "%s row %d: tick due at %d is later than its successor; dropped",
-                    kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
-                )  # fmt: skip
-                next_tick = self.ticks.next_row(kind, row.run_at, now)
-                done = Done(row.id, row.attempts, next_tick)
+            start = await self.ticks.start(kind, row, clock())
+            if start.dropped is not None:
+                done = Done(row.id, row.attempts, start.dropped)
                 await self.ends.end(Ending(kind, row, done, dropped=True))
                 return False
-            if kind.overlap is Overlap.QUEUE:
-                # The next tick may start while this one runs: hand the key on now.
-                next_tick = self.ticks.next_row(kind, row.run_at, now)
-                if await self.store.hand_on(row.id, row.attempts, next_tick):
-                    self.wakeups.wake_at(next_tick.run_at)
-            else:
-                then_at_end = True  # Overlap.SKIP: the next tick is computed when it ends
+            then_at_end = start.next_at_end
         try:
             value = kind.codec.decode(row.payload)
         except BadPayload as error:

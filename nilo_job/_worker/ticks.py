@@ -10,16 +10,30 @@ its own end. There is no leader, and a restart loses no tick. When the next tick
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .._kinds import Kind
 from .._observers import Observers
+from .._types import Missed, Overlap
 from ..store.contract import Claimed, NewRow, Store
 from . import outcome
 from .wakeups import Wakeups
 
 SCHEDULE_KEY = "schedule"
 """The unique key of a schedule's next tick: one row of a scheduled kind holds it."""
+
+log = logging.getLogger("nilo_job")
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """How a tick starts (`Ticks.start`): `dropped`, the next tick's row when this one is
+    dropped unrun; `next_at_end`, whether the next tick is computed when this one ends."""
+
+    dropped: NewRow | None = None
+    next_at_end: bool = False
 
 
 class Ticks:
@@ -47,6 +61,27 @@ class Ticks:
         """Whether `row` is its schedule's tick (it holds the key), rather than a failed tick
         retried as a row of its own, or a row somebody pushed."""
         return kind.schedule is not None and row.unique_key == SCHEDULE_KEY
+
+    async def start(self, kind: Kind, row: Claimed, now_us: int) -> Start:
+        """What the tick `row` (its schedule's, `holds_schedule`) does as it starts at `now_us`.
+
+        A tick later than its own successor is missed: `Missed.DROP` drops it unrun, handing
+        the key on to the next tick. Under `Overlap.QUEUE` the key goes on to the next tick now,
+        so that it may start while this one runs; under `Overlap.SKIP` the next tick is
+        computed when this one ends.
+        """
+        if outcome.tick_is_missed(kind, row.run_at, now_us) and kind.missed is Missed.DROP:
+            log.info(
+                "%s row %d: tick due at %d is later than its successor; dropped",
+                kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
+            )  # fmt: skip
+            return Start(dropped=self.next_row(kind, row.run_at, now_us))
+        if kind.overlap is Overlap.QUEUE:
+            next_tick = self.next_row(kind, row.run_at, now_us)
+            if await self.store.hand_on(row.id, row.attempts, next_tick):
+                self.wakeups.wake_at(next_tick.run_at)
+            return Start()
+        return Start(next_at_end=True)
 
     def next_row(self, kind: Kind, due_us: int, now_us: int) -> NewRow:
         """The row of the tick after the one due at `due_us` (µs), seen from `now_us`, carrying
