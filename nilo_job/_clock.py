@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -69,3 +69,9 @@ class Clock:
         self.measured_at = after
         if theirs is not None:
             self.offset_us = theirs - (before + after) // 2
+
+
+def utc_text(us: int) -> str:
+    """`us` (µs since the epoch) as "2026-12-01 13:05:09 UTC", for a log line or a page."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import overload
 
-from ._errors import Refusal, is_int, refuse_within
+from ._errors import MOST_MS, Refusal, is_int, refuse_within
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
 from ._observers import Observer
 from ._operator import Operator, is_row_id
@@ -40,13 +40,18 @@ from ._worker.runner import Runner
 from ._worker.server import Server
 from .store.contract import Store
 
+SEED_MOST_US = 221845392000000000
+"""The latest moment `seed_at` takes (µs): the year 9000, so that every schedule's next tick
+after it is still a time a store and a calendar can hold."""
+
 RETENTION_MS = 3_600_000
 """How long a done row is kept by default, in milliseconds: an hour."""
 
 
-def _positive(name: str, value: object) -> int:
-    if not is_int(value, 1):
-        raise Refusal(f"job.Jobs({name}={value!r}) takes a positive int")
+def _positive(name: str, value: object, most: int | None = None) -> int:
+    if not is_int(value, 1, most):
+        bound = "" if most is None else f" up to {most:,}"
+        raise Refusal(f"job.Jobs({name}={value!r}) takes a positive int{bound}")
     return value
 
 
@@ -111,11 +116,12 @@ class Jobs:
                 "job.RedisSpace(client, name=..., ttl_s=600)"
             )
         workers = _positive("workers", workers)
-        self.poll_ms = _positive("poll_ms", poll_ms)
-        self.timeout_ms = _positive("timeout_ms", timeout_ms)
-        if not is_int(retention_ms, 0):
+        self.poll_ms = _positive("poll_ms", poll_ms, MOST_MS)
+        self.timeout_ms = _positive("timeout_ms", timeout_ms, MOST_MS)
+        if not is_int(retention_ms, 0, MOST_MS):
             raise Refusal(
-                f"job.Jobs(retention_ms={retention_ms!r}) takes whole milliseconds, 0 or more"
+                f"job.Jobs(retention_ms={retention_ms!r}) takes whole milliseconds, from 0 to "
+                f"{MOST_MS:,} (ten years)"
             )
         self.retention_ms = retention_ms
         self.store = store
@@ -416,8 +422,14 @@ class Jobs:
         it is.
 
         Raises:
+            Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
             StoreUnavailable: the store cannot be reached.
         """
+        if not is_int(now_us, 0, SEED_MOST_US):
+            raise Refusal(
+                f"seed_at({now_us!r}): microseconds since the epoch, as an int from 0 to "
+                f"{SEED_MOST_US:,} (the year 9000)"
+            )
         await self._parts.ticks.seed_at(now_us)
 
     # ------------------------------------------------------------------------------ running

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._codec import Codec, field_names, is_record, required
-from ._errors import Refusal, TimedOut, is_int
+from ._errors import MOST_MS, Refusal, TimedOut, is_int
 from ._schedule import Schedule
 from ._types import Missed, Overlap, Retry, Run, Tick
 
@@ -220,10 +220,10 @@ def _read_timeout(cls: type) -> int | None:
     value = getattr(cls, "timeout_ms", None)
     if value is None:
         return None
-    if not is_int(value, 1):
+    if not is_int(value, 1, MOST_MS):
         raise Refusal(
-            f"{cls.__name__}.timeout_ms is {value!r}; it is a positive int of milliseconds, "
-            "like timeout_ms = 300_000"
+            f"{cls.__name__}.timeout_ms is {value!r}; it is a positive int of milliseconds, at "
+            f"most {MOST_MS:,} (ten years), like timeout_ms = 300_000"
         )
     return value
 

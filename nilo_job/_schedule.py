@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ._clock import datetime_to_us
-from ._errors import Refusal, is_int
+from ._errors import MOST_MS, Refusal, is_int
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -121,6 +121,10 @@ def cron(expr: str, *, tz: str | None = None) -> Cron:
         _check_field(expr, name, text, low, high)
     zone: ZoneInfo | timezone = UTC
     if tz is not None:
+        if not isinstance(tz, str):
+            raise Refusal(
+                f"job.cron({expr!r}, tz={tz!r}): a zoneinfo name as a str, like 'Europe/Berlin'"
+            )
         try:
             zone = ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
@@ -146,8 +150,11 @@ def every(ms: int) -> Every:
     Raises:
         Refusal: `ms` is not a positive int.
     """
-    if not is_int(ms, 1):
-        raise Refusal(f"job.every({ms!r}) takes a positive whole number of milliseconds")
+    if not is_int(ms, 1, MOST_MS):
+        raise Refusal(
+            f"job.every({ms!r}) takes a whole number of milliseconds from 1 to {MOST_MS:,} "
+            "(ten years)"
+        )
     return Every(ms)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ._errors import Refusal, is_int
+from ._errors import MOST_MS, Refusal, is_int
 from ._types import State, Status
 
 
@@ -56,8 +56,15 @@ class MemorySpace:
         max_keys: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or ttl_s <= 0:
-            raise Refusal(f"MemorySpace(ttl_s={ttl_s!r}) takes a positive number of seconds")
+        if (
+            isinstance(ttl_s, bool)
+            or not isinstance(ttl_s, int | float)
+            or not 0 < ttl_s <= MOST_MS / 1_000  # (NaN compares False: refused too)
+        ):
+            raise Refusal(
+                f"MemorySpace(ttl_s={ttl_s!r}) takes a positive number of seconds, at most "
+                f"{MOST_MS // 1_000:,} (ten years)"
+            )
         if not is_int(max_keys, 1):
             raise Refusal(f"MemorySpace(max_keys={max_keys!r}) takes a positive int")
         self.ttl_s = float(ttl_s)

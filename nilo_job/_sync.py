@@ -133,10 +133,11 @@ class SyncJobs:
         except RuntimeError:
             pass
         else:
+            name = str(getattr(coro, "__qualname__", "push")).rsplit(".", 1)[-1]  # its method
             coro.close()
             raise Refusal(
-                "jobs.sync blocks, and this code runs inside an event loop: await the async "
-                "method (await jobs.push(...)) here instead"
+                f"jobs.sync.{name} blocks, and this code runs inside an event loop: await the "
+                f"async method (await jobs.{name}(...)) here instead"
             )
         loop = self._serving_loop() or self._own_loop()
         return asyncio.run_coroutine_threadsafe(coro, loop).result()

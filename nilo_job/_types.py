@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._errors import Refusal, is_int
+from ._errors import MOST_MS, Refusal, is_int
 
 
 def _check_ms(owner: str, name: str, value: object, *, positive: bool) -> None:
@@ -21,6 +21,10 @@ def _check_ms(owner: str, name: str, value: object, *, positive: bool) -> None:
     if value < (1 if positive else 0):
         bound = "greater than 0" if positive else "0 or more"
         raise Refusal(f"{owner}({name}={value}) must be {bound} milliseconds")
+    if value > MOST_MS:
+        raise Refusal(
+            f"{owner}({name}={value}) must be at most {MOST_MS:,} milliseconds (ten years)"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

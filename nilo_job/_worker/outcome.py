@@ -18,7 +18,7 @@ from types import TracebackType
 
 from .._errors import TimedOut
 from .._kinds import Kind
-from ..store.contract import Claimed, Died, Done, End, NewRow, Retrying
+from ..store.contract import INT64_MAX, Claimed, Died, Done, End, NewRow, Retrying
 
 NAME_CHARS = 200
 MESSAGE_CHARS = 2_000
@@ -128,7 +128,7 @@ def decide(
     if is_last(kind, row.attempts) or (kind.is_final(error) and not isinstance(error, TimedOut)):
         return Died(row.id, row.attempts, now_us, name, message, then, trace)
     wait_ms = kind.retry.wait_ms(row.attempts)
-    run_at = now_us + wait_ms * 1_000
+    run_at = min(now_us + wait_ms * 1_000, INT64_MAX)  # a time every store can keep
     return Retrying(row.id, row.attempts, run_at, name, message, then is not None, then, trace)
 
 

@@ -159,6 +159,7 @@ class Runner:
         kwargs = arguments(kind, tick, started, self.queue, self.deps)
         timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
         error: BaseException | None = None
+        stop = False  # a KeyboardInterrupt to raise once the end is written
         watch = self.observers.running(kind.name, tick)
         returned: object = None
         if log.isEnabledFor(logging.DEBUG):
@@ -191,10 +192,12 @@ class Runner:
                 # A thread cannot be stopped: the row stays running under its lease, so that
                 # nobody starts it again while the thread may still be at it.
                 raise
-        except KeyboardInterrupt:
-            if kind.is_async:
-                raise  # a Ctrl-C of this process, not the run's doing
-            error = KeyboardInterrupt("the run raised KeyboardInterrupt")
+        except KeyboardInterrupt as interrupt:
+            # The run's own doing, or (async) a second Ctrl-C of this process: either way the
+            # attempt is recorded as failed, so that a run raising it every time dies by its
+            # retries; then an async one stops the process.
+            error = interrupt if kind.is_async else KeyboardInterrupt("the run raised it")
+            stop = kind.is_async
         except BaseException as failure:
             error = failure  # SystemExit and the like from a run end the attempt, not the worker
         seconds = time.monotonic() - began
@@ -222,6 +225,8 @@ class Runner:
                 # A timed-out thread still running keeps its worker slot until it returns,
                 # even when recording its end failed.
                 await execution.wait()
+        if stop and error is not None:
+            raise error
 
     def _with_progress(self, ending: Ending) -> Ending:
         """`ending` with its run's last progress figure, which this process forgets now."""

@@ -311,7 +311,9 @@ class Server:
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
         if feed.tasks:
             log.info(
-                "stopping: %d rows still running, waiting up to %d ms", len(feed.tasks), grace_ms
+                "stopping: %s still running, waiting up to %d ms",
+                _count(len(feed.tasks), "row"),
+                grace_ms,
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_ms / 1_000
@@ -330,8 +332,11 @@ class Server:
             interrupted = True
         late = set(feed.tasks)
         if late:
-            log.warning("cancelled %d runs past the grace period; their rows are queued again",
-                        len(late))  # fmt: skip
+            log.warning(
+                "cancelled %s past the grace period; their rows are queued again (a sync run's "
+                "row stays running until its lease ends: its thread cannot be stopped)",
+                _count(len(late), "run"),
+            )
         await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
@@ -339,6 +344,11 @@ class Server:
         await self.ends.settled()  # the observers and status of ends written just now
         if interrupted:
             raise asyncio.CancelledError
+
+
+def _count(n: int, noun: str) -> str:
+    """`n` and `noun`, plural unless `n` is 1: "1 row", "3 rows"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 AGAIN_S = 0.05  # how long `cancel_and_wait` gives a task before it cancels it once more

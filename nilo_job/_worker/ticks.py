@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._clock import utc_text
 from .._kinds import Kind
 from .._observers import Observers
 from .._types import Missed, Overlap
@@ -72,8 +73,9 @@ class Ticks:
         """
         if outcome.tick_is_missed(kind, row.run_at, now_us) and kind.missed is Missed.DROP:
             log.info(
-                "%s row %d: tick due at %d is later than its successor; dropped",
-                kind.name, row.id, row.run_at, extra={"kind": kind.name, "row": row.id},
+                "%s row %d: its tick, due at %s, was missed (the next tick is due already); "
+                "dropped", kind.name, row.id, utc_text(row.run_at),
+                extra={"kind": kind.name, "row": row.id},
             )  # fmt: skip
             return Start(dropped=self.next_row(kind, row.run_at, now_us))
         if kind.overlap is Overlap.QUEUE:

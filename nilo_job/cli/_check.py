@@ -87,4 +87,5 @@ def check(target: str, as_json: bool) -> None:
     if as_json:
         print_json({"ok": True, "kinds": names, "lease_ms": jobs.lease_ms})
         return
-    click.echo(f"ok: {len(names)} kinds ({', '.join(names)}), lease {jobs.lease_ms} ms")
+    kinds = "1 kind" if len(names) == 1 else f"{len(names)} kinds"
+    click.echo(f"ok: {kinds} ({', '.join(names)}), lease {jobs.lease_ms} ms")

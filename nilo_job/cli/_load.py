@@ -9,9 +9,11 @@ that `nilo-job check` can look further.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -64,12 +66,13 @@ def load(target: str, *, command: str | None = None) -> Jobs:
         raise click.ClickException(
             f"importing {module_name} raised:\n{traceback.format_exc(limit=-3)}"
         ) from None
-    value = module
+    value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
             raise click.ClickException(f"{module_name} has no attribute {attr}")
         value = getattr(value, part)
-    if callable(value) and not isinstance(value, Jobs):
+    called = callable(value) and not isinstance(value, Jobs)
+    if called:
         try:
             value = value()
         except Refusal as refusal:
@@ -78,6 +81,18 @@ def load(target: str, *, command: str | None = None) -> Jobs:
             raise click.ClickException(
                 f"calling {target} raised:\n{traceback.format_exc(limit=-3)}"
             ) from None
+    if inspect.iscoroutine(value):
+        value.close()
+        raise click.ClickException(
+            f"{target} is an async function; nilo-job calls a factory without awaiting it: "
+            "make it a plain function that returns the job.Jobs"
+        )
     if not isinstance(value, Jobs):
-        raise click.ClickException(f"{target} is a {type(value).__name__}, not a job.Jobs")
+        what = f"calling {target} returned" if called else f"{target} is"
+        raise click.ClickException(f"{what} {_a(type(value).__name__)}, not a job.Jobs")
     return value
+
+
+def _a(noun: str) -> str:
+    """`noun` with its indefinite article: "an int", "a dict"."""
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._render import esc, iso, utc_text
+from .._clock import utc_text
+from ._render import esc, iso
 
 WIDTH = 240
 """The chart's width in SVG units; each minute gets `WIDTH / minutes` of it."""

@@ -18,6 +18,8 @@ from enum import Enum
 from importlib import resources
 from urllib.parse import urlencode
 
+from .._clock import utc_text
+
 _TEMPLATE = string.Template(
     resources.files(__package__).joinpath("templates/page.html").read_text(encoding="utf-8")
 )
@@ -73,11 +75,6 @@ def href(base: str, path: str, query: Mapping[str, object] | None = None) -> str
     fields = {k: str(v) for k, v in (query or {}).items() if v is not None and v != ""}
     tail = f"?{urlencode(fields, errors='surrogateescape')}" if fields else ""
     return esc(f"{base}{path}{tail}")
-
-
-def utc_text(us: int) -> str:
-    """`us` (µs since the epoch) as "2026-12-01 13:05:09 UTC"."""
-    return (_EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def iso(us: int) -> str:

@@ -118,7 +118,7 @@ def test_check_of_a_function_building_the_queue(tmp_path: Path) -> None:
     done = check(tmp_path, "broken:fine")
     assert (done.returncode, done.stdout, done.stderr) == (
         0,
-        "ok: 1 kinds (fine), lease 61000 ms\n",
+        "ok: 1 kind (fine), lease 61000 ms\n",
         "",
     )
     done = check(tmp_path, "broken:fine", "--json")

@@ -181,7 +181,7 @@ async def test_at_shutdown_a_running_row_gets_the_grace_period_to_finish(
 
     class Watch(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage().startswith("stopping: 1 rows still running"):
+            if record.getMessage().startswith("stopping: 1 row still running"):
                 stopping.set()
 
     caplog.set_level(logging.INFO, logger="nilo_job")

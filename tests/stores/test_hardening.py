@@ -116,6 +116,8 @@ class Raises:
             raise asyncio.CancelledError
         if self.what == "exit":
             raise SystemExit(3)
+        if self.what == "ctrl-c":
+            raise KeyboardInterrupt
 
 
 @dataclasses.dataclass
@@ -142,6 +144,22 @@ async def test_a_run_raising_what_is_not_an_exception_fails_its_attempts_and_die
     assert await jobs.drain_at(t) == 3
     (dead,) = await jobs.dead_ones()
     assert (dead.error, dead.attempts) == (error, 3)
+
+
+async def test_an_async_run_raising_keyboard_interrupt_records_its_attempt_then_stops(
+    store: job.Store, t: int
+) -> None:
+    """A KeyboardInterrupt out of an async run (its own, or a second Ctrl-C) stops the caller,
+    after its attempt is written: a run raising it every time dies by its retries."""
+    jobs = job.Jobs(kinds=[Raises], store=store)
+    await jobs.push(Raises("ctrl-c"), at=t)
+    for attempt in (1, 2, 3):
+        with pytest.raises(KeyboardInterrupt):
+            await jobs.drain_at(t)
+        assert (await jobs.stats()).running == 0, f"attempt {attempt} left its row running"
+    (dead,) = await jobs.dead_ones()
+    assert (dead.error, dead.attempts) == ("KeyboardInterrupt", 3)
+    assert await jobs.drain_at(t) == 0
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -95,8 +96,13 @@ async def test_push_in_refuses_an_autocommit_connection_outside_a_transaction(
     jobs: job.Jobs, pg_url: str
 ) -> None:
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-        with pytest.raises(job.Refusal, match="no open transaction"):
+        with pytest.raises(job.Refusal, match=re.escape("use `async with conn.transaction():`")):
             await jobs.push_in(conn, Welcome(1))
+    with (
+        psycopg.connect(pg_url, autocommit=True) as sync_conn,
+        pytest.raises(job.Refusal, match=re.escape("use `with conn.transaction():`")),
+    ):
+        await asyncio.to_thread(jobs.sync.push_in, sync_conn, Welcome(2))
     assert await jobs.stats() == (0, 0, 0)
 
 

@@ -579,3 +579,83 @@ async def test_serve_refuses_a_grace_that_is_not_milliseconds() -> None:
     jobs = job.Jobs(kinds=[Fine], store=job.Memory())
     with pytest.raises(job.Refusal, match=r"serve\(grace_ms=-1\)"):
         await jobs.serve(grace_ms=-1)
+
+
+# Durations past ten years are refused where they are written: a timeout, a retry's wait or a
+# schedule's period that long would make a lease, a retry or a tick no store can keep.
+
+TEN_YEARS_MS = 10 * 365 * 86_400_000
+
+
+@dataclass
+class Ok:
+    nilo_job = "ok"
+    retry = job.Retry.NONE
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: job.every(TEN_YEARS_MS + 1), "job.every(315360000001) takes a whole number"),
+        (lambda: job.Fixed(ms=TEN_YEARS_MS + 1), "Fixed(ms=315360000001) must be at most"),
+        (
+            lambda: job.Exponential(from_ms=1, to_ms=TEN_YEARS_MS + 1),
+            "Exponential(to_ms=315360000001) must be at most",
+        ),
+        (lambda: job.cron("0 3 * * *", tz=5), "job.cron('0 3 * * *', tz=5): a zoneinfo name"),
+        (lambda: job.MemorySpace(ttl_s=float("nan")), "MemorySpace(ttl_s=nan) takes a positive"),
+        (lambda: job.MemorySpace(ttl_s=float("inf")), "MemorySpace(ttl_s=inf) takes a positive"),
+        (
+            lambda: job.Jobs(kinds=[Ok], store=job.Memory(), timeout_ms=TEN_YEARS_MS + 1),
+            "job.Jobs(timeout_ms=315360000001) takes a positive int up to 315,360,000,000",
+        ),
+        (
+            lambda: job.Jobs(kinds=[Ok], store=job.Memory(), poll_ms=TEN_YEARS_MS + 1),
+            "job.Jobs(poll_ms=315360000001) takes a positive int up to 315,360,000,000",
+        ),
+    ],
+)
+def test_a_setting_out_of_bounds_is_refused_in_a_sentence(
+    make: Callable[[], object], words: str
+) -> None:
+    with pytest.raises(job.Refusal) as caught:
+        make()
+    assert str(caught.value).startswith(words)
+
+
+def test_a_kind_whose_timeout_is_over_ten_years_is_refused() -> None:
+    @dataclass
+    class Slow:
+        nilo_job = "slow"
+        retry = job.Retry.NONE
+        timeout_ms = TEN_YEARS_MS + 1
+
+        def run(self) -> None:
+            pass
+
+    assert refusal(Slow).startswith(
+        "Slow.timeout_ms is 315360000001; it is a positive int of milliseconds, at most "
+        "315,360,000,000 (ten years)"
+    )
+
+
+@pytest.mark.parametrize("now_us", ["x", 1.5, -1, 2**63, True])
+async def test_seed_at_refuses_what_is_no_moment_and_writes_nothing(now_us: object) -> None:
+    @dataclass
+    class Tick:
+        nilo_job = "tick"
+        retry = job.Retry.NONE
+        schedule = job.every(60_000)
+        overlap = job.Overlap.SKIP
+        missed = job.Missed.DROP
+
+        def run(self) -> None:
+            pass
+
+    jobs = job.Jobs(kinds=[Tick], store=job.Memory())
+    with pytest.raises(job.Refusal, match=r"seed_at\(.*\): microseconds since the epoch"):
+        await jobs.seed_at(now_us)  # type: ignore[arg-type]
+    assert await jobs.stats() == (0, 0, 0)

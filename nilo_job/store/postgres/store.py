@@ -196,7 +196,7 @@ class PostgresTable:
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         tx = unwrap_django(tx)
         if isinstance(tx, psycopg.AsyncConnection):
-            _check_in_transaction(tx.info.transaction_status, tx.autocommit)
+            _check_in_transaction(tx.info.transaction_status, tx.autocommit, awaited=True)
             return [await insert(tx, row) for row in rows]
         if _is_async_sqlalchemy(tx):
             from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -220,7 +220,7 @@ class PostgresTable:
         tx = unwrap_django(tx)
         answers: list[int | None] = []
         if isinstance(tx, psycopg.Connection):
-            _check_in_transaction(tx.info.transaction_status, tx.autocommit)
+            _check_in_transaction(tx.info.transaction_status, tx.autocommit, awaited=False)
             for row in rows:
                 found = tx.execute(*insert_statement(row)).fetchone()
                 answers.append(None if found is None else found[0])
@@ -434,14 +434,15 @@ def _hidden(url: str) -> str:
     return f"{user}:***@{tail}"
 
 
-def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool) -> None:
+def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool, *, awaited: bool) -> None:
     if status == pq.TransactionStatus.INTRANS:
         return
     if status == pq.TransactionStatus.IDLE and not autocommit:
         return  # the INSERT opens the transaction, and the caller commits it
+    block = "async with conn.transaction():" if awaited else "with conn.transaction():"
     raise Refusal(
         "push_in got a psycopg connection with no open transaction, so the row would commit on "
-        "its own: use `async with conn.transaction():` (or a connection without autocommit)"
+        f"its own: use `{block}` (or a connection without autocommit)"
     )
 
 
