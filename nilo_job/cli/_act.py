@@ -117,7 +117,7 @@ def act(
     if row_ids and everything:
         raise click.UsageError("give ids or --all, not both")
     if narrowed and not everything:
-        raise click.UsageError("--kind, --error, --key and --state pick rows with --all: add --all")
+        raise click.UsageError("the filters pick rows with --all: add --all")
     if not row_ids and not everything:
         raise click.UsageError(
             f"give the id of a {' or '.join(verb.states)} row, several ids, or --all "

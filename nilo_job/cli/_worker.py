@@ -18,9 +18,15 @@ from ._load import load
 
 
 def kind_list(given: Sequence[str]) -> list[str] | None:
-    """The kind names of `--kinds a,b --kinds c` in order, each once; None when none given."""
+    """The kind names of `--kinds a,b --kinds c` in order, each once; None when none given.
+
+    Raises:
+        click.UsageError: `--kinds` was given, and names no kind (`--kinds ''`).
+    """
     names = [name.strip() for value in given for name in value.split(",")]
     names = list(dict.fromkeys(name for name in names if name))
+    if given and not names:
+        raise click.UsageError("--kinds names no kind: give kind names, or leave it out for all")
     return names or None
 
 

@@ -60,6 +60,8 @@ def db(tmp_path: Path) -> Path:
         (["cancel", "sqlite:///x.db", "99999999999999999999"], "is not in the range 1<="),
         (["retry", "sqlite:///x.db", "0"], "is not in the range 1<="),
         (["dead", "sqlite:///x.db", "--limit", "0"], "is not in the range 1<="),
+        (["cancel", "sqlite:///x.db", "--kind", "mail"], "the filters pick rows with --all"),
+        (["worker", "tests.helpers.kinds_ok:jobs", "--kinds", ""], "--kinds names no kind"),
     ],
 )
 def test_a_bad_option_is_a_usage_error_not_a_traceback(args: list[str], said: str) -> None:
