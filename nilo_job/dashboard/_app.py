@@ -162,6 +162,16 @@ class _Dashboard(Actions):
         heading = f"Row {row.id} · {row.kind}"
         return self.page(chrome, heading, render_row(chrome, row), 200)
 
+    async def not_found(self, request: Request, _error: Exception) -> Response:
+        """Any address the dashboard has no page at (`/rows/abc`, say): a page that says so."""
+        chrome = self.chrome(request)
+        rows = href(chrome.base, "/rows")
+        text = (
+            '<p class="problem" id="missing">There is no page at this address. '
+            f'<a href="{rows}">Find rows</a>.</p>'
+        )
+        return self.page(chrome, "Not found", text, 404)
+
     async def static(self, request: Request) -> Response:
         found = _STATIC.get(request.path_params["name"])
         if found is None:
@@ -294,4 +304,5 @@ def dashboard_app(
             Route("/resume", board.resume, methods=["POST"]),
         ],
         middleware=[Middleware(SecurityHeaders)],
+        exception_handlers={404: board.not_found},
     )

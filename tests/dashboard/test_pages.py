@@ -324,7 +324,8 @@ async def test_headers_static_files_and_methods() -> None:
         missing = await http.get("/static/other.js")
         wrong_method = await http.get("/rows/1/retry")
         wrong_bulk = await http.get("/bulk")
-    for answer in (page, css, js, missing):
+        no_page = await http.get("/rows/abc")
+    for answer in (page, css, js, missing, no_page):
         assert answer.headers["content-security-policy"] == CSP
         assert answer.headers["x-frame-options"] == "DENY"
         assert answer.headers["x-content-type-options"] == "nosniff"
@@ -338,6 +339,8 @@ async def test_headers_static_files_and_methods() -> None:
     )
     assert js.text.startswith("// The dashboard's one script")
     assert missing.status_code == 404
+    assert no_page.status_code == 404
+    assert '<p class="problem" id="missing">There is no page at this address.' in no_page.text
     assert '<script src="/static/dashboard.js" defer></script>' in page.text
     assert "<style" not in page.text
     assert " style=" not in page.text
