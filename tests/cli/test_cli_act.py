@@ -145,8 +145,8 @@ def test_delete_dead_and_done_rows(target: str) -> None:
     ("args", "sentence"),
     [
         (["retry", "1", "--all"], "give ids or --all, not both"),
-        (["retry", "--kind", "ops-mail"], "--kind, --error, --key and --state pick rows with "),
-        (["delete", "4", "--state", "dead"], "--kind, --error, --key and --state pick rows with"),
+        (["retry", "--kind", "ops-mail"], "the filters pick rows with --all: add --all"),
+        (["delete", "4", "--state", "dead"], "the filters pick rows with --all: add --all"),
         (["retry"], "give the id of a dead row, several ids, or --all (narrowed by --kind, "),
         (["delete"], "give the id of a dead or done row, several ids, or --all"),
         (["delete", "--all", "--state", "queued"], "'queued' is not one of 'dead', 'done'"),

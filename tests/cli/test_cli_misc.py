@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from nilo_job.cli._log import JsonLines
@@ -129,4 +130,5 @@ def test_worker_kinds_reads_commas_and_repeats() -> None:
 
     assert kind_list(()) is None
     assert kind_list(("a,b", "c", "a", " d , ")) == ["a", "b", "c", "d"]
-    assert kind_list((",",)) is None
+    with pytest.raises(click.UsageError, match="--kinds names no kind"):
+        kind_list((",",))
