@@ -44,17 +44,6 @@ class AsyncFace(Protocol):
         within: Space | None = None,
     ) -> int | None: ...
 
-    async def push_in(
-        self,
-        tx: object,
-        value: object,
-        *,
-        after_ms: int | None = None,
-        at: int | datetime | None = None,
-        unique: str | None = None,
-        within: object = None,
-    ) -> int | None: ...
-
     def wake(self) -> None: ...
     async def cancel(self, row_id: int) -> bool: ...
     async def stats(self) -> Stats: ...

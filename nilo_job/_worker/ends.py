@@ -73,12 +73,9 @@ class Ends:
         self.group: Grouped[End, bool] | None = None  # while serve runs
         self.background: set[asyncio.Task[Any]] = set()
 
-    async def _finish(self, ends: list[End]) -> list[bool]:
-        return await self.store.finish(ends)
-
     def start_grouping(self) -> None:
         """serve begins: ends from now on share `finish` calls, written by the group's task."""
-        self.group = Grouped(self._finish, detached=True)
+        self.group = Grouped(self.store.finish, detached=True)
 
     async def stop_grouping(self) -> None:
         """serve ends: until the groups waiting now are written, then ends go one by one."""
@@ -88,11 +85,10 @@ class Ends:
                 await group.idle()  # it shields the write itself
         self.group = None
 
-    async def end(self, ending: Ending) -> bool | None:
+    async def end(self, ending: Ending) -> None:
         """Write `ending`'s end, then tell the observers, the log, serve's wake-ups and the
-        status Space how it went; whether it applied (False: the lease was lost to another
-        worker; None: the store stayed unreachable for the whole lease, and the row is taken
-        again after it).
+        status Space how it went: applied, lost to another worker, or not written (the store
+        stayed unreachable for the whole lease, and the row is taken again after it).
 
         Under serve the end goes to the group, which writes it even if this task is cancelled
         meanwhile; it is then told in a background task that `settled()` waits for.
@@ -100,9 +96,7 @@ class Ends:
         Raises:
             Exception: anything but `StoreUnavailable` that the store raised.
         """
-        applied = await self._write(ending)
-        await self._tell(ending, applied)
-        return applied
+        await self._tell(ending, await self._write(ending))
 
     async def _tell(self, ending: Ending, applied: bool | None) -> None:
         status = tell(self.observers, self.wakeups, ending, applied)

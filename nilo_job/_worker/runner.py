@@ -74,12 +74,10 @@ class Runner:
         self.queue = queue
         self.deps = deps
         self.timeout_ms = parts.timeout_ms
-        self.store = parts.store
         self.ends = parts.ends
         self.ticks = parts.ticks
         self.statuses = parts.statuses
         self.observers = parts.observers
-        self.wakeups = parts.wakeups
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self.busy: dict[int, Execution] = {}
         self.progress_of: dict[int, int] = {}

@@ -87,5 +87,4 @@ def check(target: str, as_json: bool) -> None:
     if as_json:
         print_json({"ok": True, "kinds": names, "lease_ms": jobs.lease_ms})
         return
-    kinds = "1 kind" if len(names) == 1 else f"{len(names)} kinds"
-    click.echo(f"ok: {kinds} ({', '.join(names)}), lease {jobs.lease_ms} ms")
+    click.echo(f"ok: {count_of(len(names), 'kind')} ({', '.join(names)}), lease {jobs.lease_ms} ms")
