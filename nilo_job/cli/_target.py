@@ -1,11 +1,10 @@
 """What an operator command works on: a queue (`module:attr`) or only its table (a database URL),
 opened, run on an event loop of its own, and closed.
 
-With a queue every call goes through its public API, so a status Space hears of a retry and a
-pause is checked against the queue's kinds. With a URL there are no kinds: the calls go to the
-store through the same operator code the queue uses (batches of 500 rows per transaction), with
-an empty set of kinds, and a pause is accepted for any kind name, since it is only a row in
-`nilo_jobs_paused`.
+With a queue every call goes through the queue's own operator, so a status Space hears of a
+retry and a pause is checked against the queue's kinds. With a URL there are no kinds: the calls
+go to an operator over the store alone (batches of 500 rows per transaction), and a pause is
+accepted for any kind name, since it is only a row in `nilo_jobs_paused`.
 """
 
 from __future__ import annotations
@@ -44,16 +43,20 @@ class Target:
         """The queue's kind names, or None for a table alone (its kinds are unknown)."""
         return None if self.jobs is None else tuple(kind.name for kind in self.jobs.kinds)
 
-    async def _table(self) -> Operator:
-        """The operator calls over the table alone, on the database's clock where it has one."""
+    async def _ops(self) -> Operator:
+        """The operator calls: the queue's own, or, for a table alone, an operator over its
+        store on the database's clock where it has one."""
         if self._operator is None:
-            self._operator = Operator(self.store)
-            await self._operator.clock.follow(self.store.now_us)
+            if self.jobs is not None:
+                self._operator = self.jobs._operator
+            else:
+                self._operator = Operator(self.store)
+                await self._operator.clock.follow(self.store.now_us)
         return self._operator
 
     async def stats(self) -> Stats:
         """The counts by state."""
-        return await (self.jobs or self.store).stats()
+        return await self.store.stats()
 
     async def paused(self) -> dict[str, int]:
         """The paused kinds, each with when it was paused (µs)."""
@@ -61,43 +64,24 @@ class Target:
 
     async def dead_ones(self, limit: int) -> list[Dead]:
         """The dead rows, newest first."""
-        if self.jobs is not None:
-            return await self.jobs.dead_ones(limit)
-        return await (await self._table()).dead_ones(limit)
+        return await (await self._ops()).dead_ones(limit)
 
     async def row(self, row_id: int) -> Row | None:
         """Row `row_id`'s whole story, or None."""
-        if self.jobs is not None:
-            return await self.jobs.row(row_id)
-        return await (await self._table()).row(row_id)
+        return await (await self._ops()).row(row_id)
 
     async def find(self, where: Where, after: str | None, limit: int) -> Found:
         """A page of the rows that match `where`."""
-        if self.jobs is not None:
-            return await self.jobs.find(where, after=after, limit=limit)
-        return await (await self._table()).find(where, after, limit)
+        return await (await self._ops()).find(where, after, limit)
 
     async def count(self, where: Where) -> int:
         """How many rows match `where`."""
-        if self.jobs is not None:
-            return await self.jobs.count(where)
-        return await (await self._table()).count(where)
+        return await (await self._ops()).count(where)
 
     async def act(self, verb: str, rows: Sequence[int] | Where) -> int:
         """`retry_many`, `cancel_many` or `delete_many` (by `verb`); how many rows changed."""
-        if self.jobs is not None:
-            calls = {
-                "retry": self.jobs.retry_many,
-                "cancel": self.jobs.cancel_many,
-                "delete": self.jobs.delete_many,
-            }
-            return await calls[verb](rows)
-        table = await self._table()
-        acts = {
-            "retry": table.retry_many,
-            "cancel": table.cancel_many,
-            "delete": table.delete_many,
-        }
+        ops = await self._ops()
+        acts = {"retry": ops.retry_many, "cancel": ops.cancel_many, "delete": ops.delete_many}
         return await acts[verb](rows, None)
 
     async def pause(self, kind: str) -> bool:
