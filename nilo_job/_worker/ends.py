@@ -96,21 +96,24 @@ class Ends:
         Raises:
             Exception: anything but `StoreUnavailable` that the store raised.
         """
-        await self._tell(ending, await self._write(ending))
+        applied, retried = await self._write(ending)
+        await self._tell(ending, applied, retried)
 
-    async def _tell(self, ending: Ending, applied: bool | None) -> None:
-        status = tell(self.observers, self.wakeups, ending, applied)
+    async def _tell(self, ending: Ending, applied: bool | None, retried: bool = False) -> None:
+        status = tell(self.observers, self.wakeups, ending, applied, retried)
         if status is not None:
             await self.statuses.put(ending.row.id, *status)
 
     def _told_late(self, ending: Ending, applied: bool) -> None:
         self.later(self._tell(ending, applied))
 
-    async def _write(self, ending: Ending) -> bool | None:
-        """`store.finish` of `ending`'s end, tried again through an outage for the lease."""
+    async def _write(self, ending: Ending) -> tuple[bool | None, bool]:
+        """`store.finish` of `ending`'s end, tried again through an outage for the lease: whether
+        it applied (None: never written), and whether it was tried more than once."""
         kind, row, end = ending.kind.name, ending.row, ending.end
         deadline = time.monotonic() + self.lease_ms / 1_000
         pause = 0.05
+        retried = False
         while True:
             try:
                 group = self.group
@@ -126,7 +129,8 @@ class Ends:
                         "once its lease has passed",
                         kind, row.id, error, extra={"kind": kind, "row": row.id},
                     )  # fmt: skip
-                    return None
+                    return None, retried
+                retried = True
                 log.warning(
                     "%s row %d: writing its end failed (%s); trying again in %.2f s",
                     kind, row.id, error, pause, extra={"kind": kind, "row": row.id},
@@ -147,7 +151,7 @@ class Ends:
                 )  # fmt: skip
                 end = plainer
             else:
-                return applied
+                return applied, retried
 
     async def give_back(self, rows: Sequence[Claimed], run_at: int | None = None) -> None:
         """Queue `rows`, claimed and not started, again unrun (due when they were, or at
@@ -190,11 +194,16 @@ class Ending:
 
 
 def tell(
-    observers: Observers, wakeups: Wakeups, ending: Ending, applied: bool | None
+    observers: Observers,
+    wakeups: Wakeups,
+    ending: Ending,
+    applied: bool | None,
+    retried: bool = False,
 ) -> tuple[State, int, int | None] | None:
     """Tell the observers, the log and serve's wake-ups how `ending` went (`applied`: whether
-    it applied, False when the lease was lost, None when it could not be written); the status
-    the row has now, for the status Space, or None when it has none to record."""
+    it applied, False when the lease was lost, None when it could not be written; `retried`:
+    it was written again after a try that got no answer, which may have written it); the
+    status the row has now, for the status Space, or None when it has none to record."""
     if applied is None:
         return None
     kind, row, end, seconds = ending.kind, ending.row, ending.end, ending.seconds
@@ -202,6 +211,13 @@ def tell(
     fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
     outcome: Outcome = "lost" if not applied else "dropped" if ending.dropped else _outcome(end)
     observers.ended(kind.name, outcome, _error_of(end), seconds)
+    if not applied and retried:
+        log.warning(
+            "%s row %d: this attempt's end was not written now: a try whose answer was lost "
+            "wrote it already, or the lease ran out and another worker took the row",
+            kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
+        )  # fmt: skip
+        return None
     if not applied:
         log.warning(
             "%s row %d: the lease ran out and another worker took the row; this attempt's "

@@ -61,7 +61,7 @@ class Feed:
         self.start = start
         self.want = want
         self.low = 0
-        self.tasks: set[asyncio.Task[None]] = set()  # rows started and not yet ended
+        self.tasks: dict[asyncio.Task[None], int] = {}  # rows started and not yet ended: ids
         # When each busy worker started its row (loop time, s), until the row frees it.
         self.busy_since: dict[asyncio.Future[None], float] = {}
         self.promised = 0  # idle workers a push in flight is claiming a row for
@@ -75,13 +75,13 @@ class Feed:
         task = self.start(row, claimed_at, functools.partial(settle, freed))
         if task is None:
             return row, claimed_at, None
-        self.tasks.add(task)
+        self.tasks[task] = row.id
         task.add_done_callback(functools.partial(self._ended, freed))
         self.busy_since[freed] = loop.time()  # (its worker takes it out once freed)
         return row, claimed_at, freed
 
     def _ended(self, freed: asyncio.Future[None], task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
+        self.tasks.pop(task, None)
         settle(freed)  # (if its run had not freed the worker yet)
 
     def has_unpromised_idle(self) -> bool:

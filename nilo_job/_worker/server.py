@@ -69,6 +69,7 @@ class Server:
         self.task: asyncio.Task[None] | None = None  # serve's own, while it runs
         # serve's context (each run gets a copy); the claim loop awaits a claim; serve stops.
         self.context, self.claiming, self.stopping = contextvars.Context(), False, False
+        self.stop_began: float | None = None  # loop time serve was asked to stop
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
@@ -106,6 +107,7 @@ class Server:
             raise
         self.task = asyncio.current_task()
         self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
+        self.stop_began = None
         feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
@@ -176,6 +178,7 @@ class Server:
             await asyncio.shield(claims)
         except asyncio.CancelledError:
             self.stopping = True
+            self.stop_began = loop.time()  # the grace period counts from here
             if not self.claiming:
                 claims.cancel()
             try:
@@ -192,6 +195,7 @@ class Server:
         """
         poll_s = self.poll_ms / 1_000
         seeded_at = self.clock.now()  # serve seeded as it started
+        outage = Outage(self.lease_ms)
         while not self.stopping:
             stop_if_cancelled()
             wakeup.clear()
@@ -221,15 +225,12 @@ class Server:
             except Exception as error:
                 if self.stopping:
                     return
-                log.error(
-                    "claim failed with %s: %s; asking again in %.1f s",
-                    type(error).__name__, error, poll_s,
-                    extra={"error": type(error).__name__},
-                )  # fmt: skip
+                outage.failed(error, poll_s, feed)
                 await asyncio.sleep(poll_s)
                 continue
             finally:
                 self.claiming = False
+            outage.answered()
             if self.stopping:  # serve was cancelled while the claim was answered
                 await self.ends.give_back(rows)
                 return
@@ -303,10 +304,13 @@ class Server:
 
     async def _stop(self, feed: Feed, workers: Sequence[asyncio.Task[None]], grace_ms: int) -> None:
         """Stop: rows claimed ahead go back unrun; running rows may finish (and write their
-        ends) for `grace_ms`, then are cancelled (their rows are given back).
+        ends) for `grace_ms` from when serve was asked to stop, then are cancelled (their rows
+        are given back).
 
         A second cancel during the grace period ends it at once.
         """
+        loop = asyncio.get_running_loop()
+        deadline = (self.stop_began or loop.time()) + grace_ms / 1_000
         feed.close()
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
         if feed.tasks:
@@ -315,8 +319,6 @@ class Server:
                 _count(len(feed.tasks), "row"),
                 grace_ms,
             )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_ms / 1_000
         task = asyncio.current_task()
         # A second cancel that came before the grace began (while a claim was being undone).
         interrupted = task is not None and task.cancelling() > 1
@@ -325,7 +327,7 @@ class Server:
                 raise asyncio.CancelledError
             # Workers leave once their row's run is over (a row handed over as the feed closed
             # included); then the rows' tasks finish writing their ends.
-            await asyncio.wait(workers, timeout=grace_ms / 1_000)
+            await asyncio.wait(workers, timeout=max(0.0, deadline - loop.time()))
             if feed.tasks:
                 await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:
@@ -333,8 +335,9 @@ class Server:
         late = set(feed.tasks)
         if late:
             log.warning(
-                "cancelled %s past the grace period; their rows are queued again (a sync run's "
-                "row stays running until its lease ends: its thread cannot be stopped)",
+                "cancelled %s past the grace period, giving their rows back to the queue (a "
+                "sync run's row stays running until its lease ends: its thread cannot be "
+                "stopped; a row the store cannot take back now runs again after its lease)",
                 _count(len(late), "run"),
             )
         await cancel_and_wait([*late, *workers])
@@ -344,6 +347,51 @@ class Server:
         await self.ends.settled()  # the observers and status of ends written just now
         if interrupted:
             raise asyncio.CancelledError
+
+
+class Outage:
+    """The claim loop's account of claims that fail (a store that cannot be reached, or does not
+    answer): one WARNING when they begin to fail, one more once they have failed for longer than
+    the lease (the rows this process holds may then run again elsewhere: which ones), and one
+    INFO when a claim is answered again. Each failure in between is logged at DEBUG."""
+
+    def __init__(self, lease_ms: int) -> None:
+        self.lease_ms = lease_ms
+        self.since: float | None = None  # when claims began to fail (monotonic, s)
+        self.past_lease = False  # the second WARNING was logged
+
+    def failed(self, error: Exception, poll_s: float, feed: Feed) -> None:
+        """A claim failed with `error`; the next one goes out in `poll_s` seconds."""
+        name = type(error).__name__
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning(
+                "claiming failed with %s: %s; asking again every %.1f s until it is answered",
+                name, error, poll_s, extra={"error": name},
+            )  # fmt: skip
+            return
+        log.debug("claiming failed again with %s: %s", name, error, extra={"error": name})
+        down_s = time.monotonic() - self.since
+        if not self.past_lease and down_s * 1_000 > self.lease_ms:
+            self.past_lease = True
+            held = sorted(feed.tasks.values())
+            shown = ", ".join(map(str, held[:20])) + (", …" if len(held) > 20 else "")
+            log.warning(
+                "no claim has been answered for %.0f s, longer than the lease (%d ms): %s",
+                down_s, self.lease_ms,
+                f"the {_count(len(held), 'row')} running here ({shown}) may be taken and run "
+                "again by another worker meanwhile; their ends are written if the store answers "
+                "before another worker takes them" if held else "this process holds no row",
+                extra={"error": name},
+            )  # fmt: skip
+
+    def answered(self) -> None:
+        """A claim was answered."""
+        if self.since is not None:
+            log.info(
+                "claiming again: the store answered after %.1f s", time.monotonic() - self.since
+            )
+            self.since, self.past_lease = None, False
 
 
 def _count(n: int, noun: str) -> str:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import signal
+import threading
 from collections.abc import Callable, Sequence
 
 import click
@@ -64,7 +66,11 @@ def worker(
     """Run the workers of the queue TARGET (module:attr) until SIGTERM or SIGINT.
 
     On the first signal it stops claiming, lets running rows finish for --grace-ms, then cancels
-    them and queues their rows again; a second signal ends the grace period at once.
+    them and queues their rows again; a second signal ends the grace period at once. Either way
+    the process is gone soon after: within --grace-ms and the store's bound on one call
+    (PostgreSQL's `answer_ms`, else 10 s) after the first signal, within a second of the second,
+    even when the database does not answer or a sync run's thread will not end; rows it still
+    holds then run again after their lease.
     """
     factory, said = loop_choice(loop)
     # A signal that arrives while the target is still importing stops the worker before it
@@ -84,11 +90,54 @@ def worker(
         raise
     if workers is not None:
         jobs.workers = workers
+    exits = Exits(grace_ms, getattr(jobs.store, "answer_ms", BOUND_MS))
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(_work(jobs, grace_ms, names, early, said))
+            runner.run(_work(jobs, grace_ms, names, early, said, exits))
     except (JobError, Refusal) as error:
         raise click.ClickException(str(error)) from None
+    finally:
+        exits.cancel()
+
+
+BOUND_MS = 10_000
+"""The bound on one call to the store, in milliseconds, for a store that does not say its own."""
+AT_ONCE_S = 1.0
+"""After a second signal, how long the worker may take to give its rows back before it exits."""
+
+
+class Exits:
+    """The worker's promise that a signal ends the process: after the first, within the grace
+    period and the store's bound (`grace_ms + bound_ms`) and a second more; after the second,
+    within `AT_ONCE_S`. A timer thread (which nothing in the event loop can hold up: a database
+    that does not answer, a sync run's thread that will not end) exits the process then, saying
+    so, with the rows it still holds left to their lease."""
+
+    def __init__(self, grace_ms: int, bound_ms: int) -> None:
+        self.after_first_s = (grace_ms + bound_ms) / 1_000 + 1.0
+        self.timers: list[threading.Timer] = []
+
+    def signalled(self, signals: int, name: str) -> None:
+        """Signal number `signals` (1 or more), named `name`, arrived."""
+        seconds = self.after_first_s if signals == 1 else AT_ONCE_S
+        timer = threading.Timer(seconds, _exit_now, (name, seconds))
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+
+    def cancel(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+
+
+def _exit_now(name: str, seconds: float) -> None:
+    logging.getLogger("nilo_job").warning(
+        "still stopping %g s after %s: exiting now; the rows this process still holds run "
+        "again after their lease",
+        seconds, name,
+    )  # fmt: skip
+    logging.shutdown()
+    os._exit(1)
 
 
 def loop_choice(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
@@ -122,7 +171,7 @@ def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
 
 
 async def _work(
-    jobs: Jobs, grace_ms: int, kinds: list[str] | None, early: list[int], said: str
+    jobs: Jobs, grace_ms: int, kinds: list[str] | None, early: list[int], said: str, exits: Exits
 ) -> None:
     loop = asyncio.get_running_loop()
     logging.getLogger("nilo_job").info("event loop: %s", said)
@@ -137,6 +186,7 @@ async def _work(
             logging.getLogger("nilo_job").info("%s: stopping after running rows finish", name)
         else:
             logging.getLogger("nilo_job").info("%s again: cancelling running rows now", name)
+        exits.signalled(signals, name)
         task.cancel()
 
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -15,8 +15,10 @@ def Table(target: object, **options: Any) -> Store:
         target: `"sqlite:///relative.db"`, `"sqlite:////absolute.db"`, `"sqlite:///:memory:"`,
             `"postgresql://user@host/db"`, or a `psycopg_pool.AsyncConnectionPool` of yours.
         **options: passed to the store (SQLite: `busy_timeout_ms`, `synchronous`; PostgreSQL:
-            `max_size`, and behind PgBouncer in transaction mode `pooler=True` with
-            `listen_url="postgresql://…direct…"`, see docs/pgbouncer.md).
+            `max_size`; `answer_ms`, how long the server has to answer one call before its
+            connection is given up, see docs/connections.md; and behind PgBouncer in
+            transaction mode `pooler=True` with `listen_url="postgresql://…direct…"`, see
+            docs/pgbouncer.md).
 
     Returns:
         A store; `await table.create_missing()` creates the table, `await table.check()` checks it.

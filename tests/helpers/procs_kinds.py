@@ -19,6 +19,7 @@ STORE = os.environ.get("NILO_TEST_STORE") or f"sqlite:///{DB}"
 OUT = Path(os.environ.get("NILO_TEST_OUT", "."))
 TIMEOUT_MS = int(os.environ.get("NILO_TEST_TIMEOUT_MS", "60000"))
 POLL_MS = int(os.environ.get("NILO_TEST_POLL_MS", "50"))
+ANSWER_MS = os.environ.get("NILO_TEST_ANSWER_MS")  # PostgreSQL's bound on a call, when given
 
 
 @dataclass
@@ -144,7 +145,7 @@ def met(out: Path) -> dict[int, int]:
 
 jobs = job.Jobs(
     kinds=[Record, Work, Stamp, Hang, Brief, Meet, Gate],
-    store=job.Table(STORE),
+    store=job.Table(STORE, **({} if ANSWER_MS is None else {"answer_ms": int(ANSWER_MS)})),
     poll_ms=POLL_MS,
     timeout_ms=TIMEOUT_MS,
 )

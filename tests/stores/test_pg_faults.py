@@ -1,5 +1,6 @@
 """PostgreSQL faults that heal on their own, under `serve()` in this process: a server restart
-and a listener's connection that goes silent without closing (half-open TCP).
+and a listener's connection that goes silent without closing (half-open TCP); and the bound on
+every call to the server, with the TCP settings the store gives its connections.
 
 The silent connection is made by a small TCP proxy in the test, which forwards bytes both ways
 until told to freeze the connection that LISTENs: from then on it passes nothing, and closes
@@ -189,13 +190,12 @@ async def test_a_silent_listener_is_noticed_and_replaced_within_its_bound(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("nilo_job.store.postgres.listen.CHECK_S", 1.0)
-    monkeypatch.setattr("nilo_job.store.postgres.listen.ANSWER_S", 1.0)
     proxy = Proxy(target_port=int(psycopg.conninfo.conninfo_to_dict(pg_url).get("port", 5432)))
     await proxy.start()
     through = pg_url.replace(":5432/", f":{proxy.port}/")
     assert through != pg_url
     # A ten-minute poll: a row that starts in seconds was woken by the NOTIFY.
-    jobs = job.Jobs(kinds=[Stamp], store=job.Table(through), poll_ms=600_000)
+    jobs = job.Jobs(kinds=[Stamp], store=job.Table(through, answer_ms=1_000), poll_ms=600_000)
     pusher = job.Jobs(kinds=[Stamp], store=job.Table(pg_url))
     try:
         async with jobs.serving(grace_ms=1_000):
@@ -209,7 +209,7 @@ async def test_a_silent_listener_is_noticed_and_replaced_within_its_bound(
             async with asyncio.timeout(20):
                 while proxy.listens < 2:  # noqa: ASYNC110 (bounded)
                     await asyncio.sleep(0.01)
-            # Noticed after CHECK_S without a notification and ANSWER_S without an answer.
+            # Noticed after CHECK_S without a notification and the bound without an answer.
             assert time.monotonic() - froze < 1.0 + 1.0 + 3
             await pusher.push(Stamp(1))
             await wait_started(1, 20)
@@ -217,3 +217,160 @@ async def test_a_silent_listener_is_noticed_and_replaced_within_its_bound(
         await jobs.store.close()
         await pusher.store.close()
         await proxy.close()
+
+
+# ------------------------------------------------------------- every wait has its bound
+
+
+def test_answer_ms_is_whole_milliseconds_from_100() -> None:
+    for bad in (99, 0, -1, 1.5, "10000", True, None):
+        with pytest.raises(job.Refusal, match=r"answer_ms=.*whole milliseconds, from 100 up"):
+            job.Table("postgresql://u@h/db", answer_ms=bad)
+    assert job.Table("postgresql://u@h/db", answer_ms=100).answer_ms == 100  # type: ignore[attr-defined]
+    assert job.Table("postgresql://u@h/db").answer_ms == 10_000  # type: ignore[attr-defined]
+
+
+def test_tcp_settings_the_url_gives_win_and_the_rest_are_filled_in() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from nilo_job.store.postgres.connections import with_timeout
+
+    plain, timeout_s = with_timeout("postgresql://u@h/db", 4_000)
+    assert timeout_s == 10
+    said = conninfo_to_dict(plain)
+    assert {k: said[k] for k in said if k not in ("user", "host", "dbname")} == {
+        "connect_timeout": "10",
+        "tcp_user_timeout": "4000",
+        "keepalives": "1",
+        "keepalives_idle": "30",
+        "keepalives_interval": "10",
+        "keepalives_count": "3",
+    }
+    own, timeout_s = with_timeout(
+        "postgresql://u@h/db?connect_timeout=3&tcp_user_timeout=5000&keepalives_idle=15", 4_000
+    )
+    assert timeout_s == 3
+    said = conninfo_to_dict(own)
+    assert (said["connect_timeout"], said["tcp_user_timeout"], said["keepalives_idle"]) == (
+        "3",
+        "5000",
+        "15",
+    )
+    assert (said["keepalives_interval"], said["keepalives_count"]) == ("10", "3")
+
+
+@pytest.mark.parametrize(
+    ("options", "bound"),
+    [
+        ("", 4.0),
+        ("?options=-c%20statement_timeout%3D60s", 61.0),
+        ("?options=-c%20statement_timeout%3D90000", 91.0),
+        ("?options=-c%20statement_timeout%3D2min", 121.0),
+        ("?options=-c%20statement_timeout%3D1s", 4.0),  # shorter: the store's own bound
+        ("?options=-c%20statement_timeout%3D0", None),  # never cut: nor by the store
+        ("?options=-c%20work_mem%3D64MB", 4.0),
+    ],
+)
+def test_the_urls_statement_timeout_sets_the_bound_when_longer(
+    options: str, bound: float | None
+) -> None:
+    from nilo_job.store.postgres.connections import bound_s
+
+    assert bound_s(4_000, "postgresql://u@h/db" + options) == bound
+
+
+async def test_the_kernel_is_told_the_bound_on_every_connection(pg_url: str) -> None:
+    """`tcp_user_timeout` and the keepalives reach the socket itself."""
+    import socket
+
+    table = job.Table(pg_url.replace("@127.0.0.1:", "@localhost:"), answer_ms=7_000)
+    jobs = job.Jobs(kinds=[Stamp], store=table)
+    try:
+        await jobs.push(Stamp(1))
+        kept = table._connections.kept["push"].conn  # type: ignore[attr-defined]
+        sock = socket.socket(fileno=os.dup(kept.pgconn.socket))
+        with sock:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 7_000
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        await table.close()
+
+
+async def test_every_call_on_a_server_that_stopped_answering_ends_within_the_bound(
+    pg_url: str,
+) -> None:
+    """Every flow holds its bytes (a paused host). A push on the connection kept for pushes
+    raises StoreUnavailable naming the call within the bound; the store's other connections are
+    replaced then, so the next call, a push of many rows, waits for a new connection, within the
+    connect timeout. Once the server answers again, the next calls work on new connections."""
+    from tests.helpers.proxy import Proxy
+
+    proxy = Proxy().start()
+    table = job.Table(proxy.url(pg_url) + "?connect_timeout=2", answer_ms=500)
+    jobs = job.Jobs(kinds=[Stamp], store=table)
+    try:
+        await jobs.push(Stamp(1))
+        await jobs.push_many([Stamp(2), Stamp(3)])
+        assert (await jobs.stats()).queued == 3
+        proxy.pause()
+        began = time.monotonic()
+        with pytest.raises(job.StoreUnavailable) as raised:
+            await jobs.push(Stamp(4))
+        took = time.monotonic() - began
+        assert 0.5 <= took < 0.5 + 1.0, took
+        backend = table._connections.kept["push"].conn  # type: ignore[attr-defined]
+        assert backend is None  # closed
+        said = str(raised.value)
+        assert said.startswith(
+            f"PostgreSQL at 127.0.0.1:{proxy.port}/{pg_url.rsplit('/', 1)[1]} did not answer a "
+            "push within 0.5 s on the connection kept for pushes (server process "
+        ), said
+        assert said.endswith("; that connection was closed, and the next call opens a new one")
+
+        began = time.monotonic()
+        with pytest.raises(job.StoreUnavailable, match=r"within 2 s"):
+            await jobs.push_many([Stamp(5), Stamp(6)])
+        took = time.monotonic() - began
+        assert 2 <= took < 2 + 1.5, took
+        proxy.resume()
+        assert await jobs.push(Stamp(7)) is not None
+        assert (await jobs.stats()).queued >= 4  # (the unanswered pushes may have been written)
+    finally:
+        await table.close()
+        proxy.close()
+
+
+async def test_a_migration_is_not_cut_by_the_bound(pg_url: str) -> None:
+    """`create_missing` waits for the table's advisory lock, held elsewhere for longer than the
+    bound, and completes; a call that is bounded, given the same wait, does not."""
+    table = job.Table(pg_url, answer_ms=200)
+    holder = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        await holder.execute("SELECT pg_advisory_lock(hashtext('nilo_jobs'))")
+
+        async def release() -> None:
+            await asyncio.sleep(1.0)
+            await holder.execute("SELECT pg_advisory_unlock(hashtext('nilo_jobs'))")
+
+        began = time.monotonic()
+        releasing = asyncio.create_task(release())
+        await table.create_missing()
+        assert time.monotonic() - began >= 1.0
+        await releasing
+
+        await holder.execute("SELECT pg_advisory_lock(hashtext('nilo_jobs'))")
+        releasing = asyncio.create_task(release())
+
+        async def wait_for_the_lock(conn: psycopg.AsyncConnection[object]) -> None:
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nilo_jobs'))")
+
+        with pytest.raises(job.StoreUnavailable, match=r"did not answer a wait within 0.2 s"):
+            await table._connections.run(wait_for_the_lock, "a wait")  # type: ignore[attr-defined]
+        await releasing
+        await table.check()  # the store goes on, on a new connection
+    finally:
+        await holder.close()
+        await table.close()

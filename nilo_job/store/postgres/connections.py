@@ -24,18 +24,37 @@ session: no statement is prepared on the server, the workers' settings are taken
 and end's transaction, and LISTEN goes to the direct `listen_url`, or nowhere (the poll finds
 every row).
 
-Every connection has a bounded connect time: `connect_timeout` from the URL, or 10 s. A server
-that cannot be reached within it, and the driver's errors that mean the table is missing or
-older than this version, are `StoreUnavailable` with a sentence naming the server.
+Every wait on the server is bounded, so that a connection that went silent (a NAT or a firewall
+that forgot it, a partition, a server host that stopped) never stalls a caller:
+
+- a connection opens within `connect_timeout` from the URL, or 10 s;
+- every call (a statement, or one transaction) is answered within the store's bound, `answer_ms`
+  (10 s unless told; the bound times `ceil(rows / 10,000)` for a call over many rows, none for a
+  migration, longer when the URL's own `statement_timeout` is longer). A call not answered in
+  time has its connection's socket shut (`Deadline`): the wait ends at once, the connection is
+  discarded, and the caller gets `StoreUnavailable` saying which call, after how long, on which
+  connection. The store's idle connections are replaced then too (`replace`), since what
+  silenced one has likely silenced them all;
+- TCP keepalives and libpq's `tcp_user_timeout` are on unless the URL sets them, so the kernel
+  also finds a dead flow under a call that has no bound, and under idle connections.
+
+A server that cannot be reached within the connect timeout, and the driver's errors that mean the
+table is missing or older than this version, are `StoreUnavailable` with a sentence naming the
+server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import re
+import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import psycopg
@@ -52,6 +71,25 @@ DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
 CONNECT_TIMEOUT_S = 10
 """How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
+
+ANSWER_MS = 10_000
+"""How long the server has to answer one call, in milliseconds, unless the store is told
+(`answer_ms`)."""
+
+ROWS_PER_BOUND = 10_000
+"""A call over many rows is given the bound once for every this many rows."""
+
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+"""libpq's TCP keepalives (seconds), set unless the URL sets its own: a flow that went dead under
+an idle connection is found within about a minute."""
+
+REPLACE_EVERY_S = 1.0
+"""The store's idle connections are replaced at most once in this many seconds."""
 
 _WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
 
@@ -77,16 +115,74 @@ def where(conninfo: str) -> str:
     return f"{shown.get('host', '')}{port}/{shown.get('dbname', '')}"
 
 
-def with_timeout(conninfo: str) -> tuple[str, float]:
-    """`conninfo` with a connect timeout (the URL's own, or `CONNECT_TIMEOUT_S`), and that
+def with_timeout(conninfo: str, answer_ms: int = ANSWER_MS) -> tuple[str, float]:
+    """`conninfo` with a connect timeout (the URL's own, or `CONNECT_TIMEOUT_S`), TCP keepalives
+    (`KEEPALIVES`) and `tcp_user_timeout` (`answer_ms`: data the server has not acknowledged
+    for that long means the flow is dead), each where the URL sets none; and the connect
     timeout in seconds."""
-    given = conninfo_to_dict(conninfo).get("connect_timeout")
-    if given is None:
-        return make_conninfo(conninfo, connect_timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S
-    try:
-        return conninfo, max(2.0, float(given))  # libpq waits 2 s at the least
-    except ValueError:
-        return conninfo, CONNECT_TIMEOUT_S
+    given = conninfo_to_dict(conninfo)
+    defaults: dict[str, Any] = {
+        name: value for name, value in KEEPALIVES.items() if given.get(name) is None
+    }
+    if given.get("tcp_user_timeout") is None:
+        defaults["tcp_user_timeout"] = answer_ms
+    timeout_s: float = CONNECT_TIMEOUT_S
+    if given.get("connect_timeout") is None:
+        defaults["connect_timeout"] = CONNECT_TIMEOUT_S
+    else:
+        with contextlib.suppress(ValueError):
+            timeout_s = max(2.0, float(str(given["connect_timeout"])))  # libpq waits 2 s at least
+    return (make_conninfo(conninfo, **defaults) if defaults else conninfo), timeout_s
+
+
+_UNITS_MS = {"": 1, "ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def statement_timeout_ms(conninfo: str) -> int | None:
+    """The `statement_timeout` the URL's `options` give the server (`-c statement_timeout=30s`),
+    in milliseconds (0: none); None when they give none, or one this cannot read."""
+    options = conninfo_to_dict(conninfo).get("options") or ""
+    found = re.search(r"statement_timeout\s*=\s*'?(\d+)\s*(ms|s|min|h|d|)\b", str(options))
+    if found is None:
+        return None
+    return int(found[1]) * _UNITS_MS[found[2]]
+
+
+def bound_s(answer_ms: int, conninfo: str) -> float | None:
+    """How long one call may wait for its answer, in seconds: `answer_ms`, or the URL's own
+    `statement_timeout` and a second more when that is longer (the server cuts the statement
+    and says so); None when the URL turns `statement_timeout` off (0): a statement may then
+    run as long as it likes, and only TCP finds a dead flow."""
+    statement_ms = statement_timeout_ms(conninfo)
+    if statement_ms == 0:
+        return None
+    if statement_ms is None:
+        return answer_ms / 1_000
+    return max(answer_ms, statement_ms + 1_000) / 1_000
+
+
+def lost(error: BaseException) -> bool:
+    """Whether `error` says a connection was lost: the driver's own (no SQLSTATE), a connection
+    exception (class 08) or the server shutting sessions down (57P); not the pool's wait for a
+    free connection running out, not an error of a statement (a lock not available)."""
+    if not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    if isinstance(error, PoolTimeout):
+        return False
+    state = error.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
+
+def shut(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Shut `conn`'s socket both ways, without a word to the server and without waiting: what
+    waits on it ends at once, as if the server had closed it, and the connection is broken
+    (closed by whoever holds it, as any broken connection). The descriptor stays open until
+    then, so nothing else can be handed its number meanwhile."""
+    with (
+        contextlib.suppress(OSError, psycopg.Error),
+        socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock,
+    ):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class Connections:
@@ -100,6 +196,7 @@ class Connections:
         pooler: `conninfo` reaches the server through a pooler in transaction mode.
         listen_url: where LISTEN connects (a direct URL), or None: `conninfo` itself, or (with
             `pooler`) nowhere.
+        answer_ms: how long the server has to answer one call, in milliseconds (`bound_s`).
     """
 
     def __init__(
@@ -111,8 +208,12 @@ class Connections:
         *,
         pooler: bool = False,
         listen_url: str | None = None,
+        answer_ms: int = ANSWER_MS,
     ) -> None:
-        self.conninfo, self.timeout_s = with_timeout(conninfo)
+        self.conninfo, self.timeout_s = with_timeout(conninfo, answer_ms)
+        self.bound_s = bound_s(answer_ms, conninfo)
+        self.replaced_at = 0.0  # when the idle connections were last replaced (monotonic, s)
+        self.replacing: set[asyncio.Task[None]] = set()
         self.where = where(conninfo)
         self.target = target
         self.pool = pool
@@ -124,7 +225,7 @@ class Connections:
         self.pooler = pooler
         self.plain: dict[str, Any] = {"prepare_threshold": None} if pooler else {}
         self.work = self.plain if pooler else {"options": _WORK}
-        self.listen_to = None if listen_url is None else with_timeout(listen_url)[0]
+        self.listen_to = None if listen_url is None else with_timeout(listen_url, answer_ms)[0]
         self.listens = listen_url is not None or not pooler
         self.work_pool: AsyncConnectionPool[Any] | None = None
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # id(own pool) -> its loop
@@ -228,50 +329,96 @@ class Connections:
         self.loops[id(pool)] = asyncio.get_running_loop()
         return pool
 
+    def deadline(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        what: str,
+        on: str,
+        *,
+        rows: int = 1,
+        bounded: bool = True,
+    ) -> Deadline:
+        """The bound of one call of `what` on `conn` (`on` says which connection that is), for
+        `rows` rows (the bound once per `ROWS_PER_BOUND`); none unless `bounded`."""
+        seconds = self.bound_s if bounded else None
+        if seconds is not None and rows > ROWS_PER_BOUND:
+            seconds *= math.ceil(rows / ROWS_PER_BOUND)
+        return Deadline(self, conn, what, on, seconds)
+
     async def run(
         self,
         fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        what: str,
         *,
         work: bool = False,
         transaction: bool = True,
+        rows: int = 1,
+        bounded: bool = True,
     ) -> T:
-        """`fn(conn)` on a pooled connection, in one transaction unless `transaction` is False
-        (a single statement commits on its own, saving two round trips).
+        """`fn(conn)`, the call `what` (for sentences: "a claim"), on a pooled connection, in
+        one transaction unless `transaction` is False (a single statement commits on its own,
+        saving two round trips), within the store's bound for `rows` rows (none unless
+        `bounded`: a migration, which may wait for the application's locks).
 
         Raises:
-            StoreUnavailable: the server cannot be reached, or the table is missing or older.
+            StoreUnavailable: the server cannot be reached, did not answer within the bound,
+                or the table is missing or older.
         """
         pool = await self.get_pool(work=work)
         local = work and self.pooler and self.owns_pool  # the workers' settings, per transaction
+        on = (
+            "a connection of the application's pool" if not self.owns_pool
+            else "a connection of the workers' pool" if work
+            else "a connection of the pool"
+        )  # fmt: skip
         try:
             async with pool.connection() as conn:
-                if not (transaction or local):
-                    return await fn(conn)
-                async with conn.transaction():
-                    if local:
-                        await conn.execute(WORK_LOCAL)
-                    return await fn(conn)
+                with self.deadline(conn, what, on, rows=rows, bounded=bounded):
+                    if not (transaction or local):
+                        return await fn(conn)
+                    async with conn.transaction():
+                        if local:
+                            await conn.execute(WORK_LOCAL)
+                        return await fn(conn)
         except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
-            if isinstance(error, DOWN):
-                # The server went away (a restart): its other idle connections in the pool
-                # are gone too. Drop them now, so that the next calls get fresh ones rather
-                # than failing one stale connection at a time.
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(self.timeout_s):
-                        await pool.check()
+            if lost(error):
+                await self.replace()  # the server went away (a restart): the others are gone
             raise self.unavailable(error) from error
 
-    def _new_kept(self) -> dict[Use, Kept]:
-        return {use: Kept(self, self.plain if use == "push" else self.work) for use in USES}
+    async def replace(self) -> None:
+        """Replace the store's idle connections, kept and pooled (an application's pool is the
+        application's): after one was found dead or silent, the others likely are too, and
+        the next calls then get fresh ones instead of finding out one connection at a time.
+        At most once every `REPLACE_EVERY_S`."""
+        if time.monotonic() - self.replaced_at < REPLACE_EVERY_S or self.pid != os.getpid():
+            return
+        self.replaced_at = time.monotonic()
+        for kept in self.kept.values():
+            kept.drop_if_idle()
+        for pool in (self.pool if self.owns_pool else None, self.work_pool):
+            if pool is not None and not pool.closed:
+                with contextlib.suppress(Exception):
+                    await pool.drain()
 
-    async def kept_run(self, fn: Statement[T], use: Use) -> T:
+    def replace_soon(self) -> None:
+        """`replace()` in a task of its own (from a callback of the event loop)."""
+        task = asyncio.get_running_loop().create_task(self.replace())
+        self.replacing.add(task)
+        task.add_done_callback(self.replacing.discard)
+
+    def _new_kept(self) -> dict[Use, Kept]:
+        return {use: Kept(self, use, self.plain if use == "push" else self.work) for use in USES}
+
+    async def kept_run(self, fn: Statement[T], use: Use, what: str, *, rows: int = 1) -> T:
         """`fn(cursor)`, one statement that commits on its own, on the connection kept for
         `use` (one-row pushes; serve's claims; serve's groups of ends, in the workers' session)
-        and its cursor, when that is free, else on a new cursor of a pooled connection. A store
-        over an application's pool keeps no connection of its own: it opens nothing behind it.
+        and its cursor, when that is free, else on a new cursor of a pooled connection; the call
+        `what` for `rows` rows, within the store's bound (see `run`). A store over an
+        application's pool keeps no connection of its own: it opens nothing behind it.
 
         Raises:
-            StoreUnavailable: the server cannot be reached, or the table is missing or older.
+            StoreUnavailable: the server cannot be reached, did not answer within the bound,
+                or the table is missing or older.
         """
         work = use != "push"
         kept = self.kept[use]
@@ -283,10 +430,14 @@ class Connections:
             await self.get_pool(work=work)
             kept = self.kept[use]
         if self.owns_pool:
-            answer = await kept.run(with_work_settings(fn) if work and self.pooler else fn)
+            answer = await kept.run(
+                with_work_settings(fn) if work and self.pooler else fn, what, rows
+            )
             if not isinstance(answer, Busy):
                 return answer
-        return await self.run(lambda conn: fn(conn.cursor()), work=work, transaction=False)
+        return await self.run(
+            lambda conn: fn(conn.cursor()), what, work=work, transaction=False, rows=rows
+        )
 
     @contextlib.asynccontextmanager
     async def listening(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -320,6 +471,7 @@ class Connections:
 
     async def close(self) -> None:
         """Close what the store opened; an application's pool stays open."""
+        await cancel_all(self.replacing)
         for kept in self.kept.values():
             await kept.close()
         work, self.work_pool = self.work_pool, None
@@ -369,8 +521,9 @@ class Kept:
     closes it, or leaves that to the call using it at that moment.
     """
 
-    def __init__(self, connections: Connections, options: dict[str, Any]) -> None:
+    def __init__(self, connections: Connections, use: Use, options: dict[str, Any]) -> None:
         self.connections = connections
+        self.on = f"the connection kept for {_PURPOSE[use]}"
         self.options = options
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.cur: psycopg.AsyncCursor[Any] | None = None  # the connection's one cursor
@@ -378,11 +531,13 @@ class Kept:
         self.lock = threading.Lock()  # taken without waiting: one call at a time
         self.closing = False  # close() came while a call held the lock: that call closes it
 
-    async def run(self, fn: Statement[T]) -> T | Busy:
-        """`fn(cursor)` on the kept connection's cursor, or `BUSY` when it is not free.
+    async def run(self, fn: Statement[T], what: str, rows: int = 1) -> T | Busy:
+        """`fn(cursor)`, the call `what` over `rows` rows, on the kept connection's cursor
+        within the store's bound, or `BUSY` when it is not free.
 
         Raises:
-            StoreUnavailable: the connection could not be opened, or broke.
+            StoreUnavailable: the connection could not be opened, broke, or did not answer
+                within the bound.
         """
         loop = asyncio.get_running_loop()
         if not self.lock.acquire(blocking=False):
@@ -398,12 +553,15 @@ class Kept:
                 self.conn, self.cur = conn, cur
             self.loop = loop
             try:
-                return await fn(cur)
+                with self.connections.deadline(conn, what, self.on, rows=rows):
+                    return await fn(cur)
             except BaseException as error:
                 if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     # Broken, or cut off mid-statement: the next call opens a fresh one.
                     self.conn, self.cur, self.loop = None, None, None
                     await conn.close()
+                if lost(error):
+                    await self.connections.replace()  # the server went away: the others too
                 if isinstance(error, (*DOWN, errors.UndefinedTable, errors.UndefinedColumn)):
                     raise self.connections.unavailable(error) from error
                 raise
@@ -413,6 +571,17 @@ class Kept:
                     await conn.close()
         finally:
             self.closing = False  # (a close() while the connection failed to open: nothing left)
+            self.lock.release()
+
+    def drop_if_idle(self) -> None:
+        """Close the connection now, unless a call is using it (that call finds out itself)."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            conn, self.conn, self.cur, self.loop = self.conn, None, None, None
+            if conn is not None:
+                conn.pgconn.finish()  # closes the socket; no answer is awaited
+        finally:
             self.lock.release()
 
     async def close(self) -> None:
@@ -425,3 +594,69 @@ class Kept:
             self.lock.release()
         if conn is not None:
             await conn.close()
+
+
+_PURPOSE: dict[Use, str] = {"push": "pushes", "claim": "claims", "end": "ends"}
+
+
+class Deadline:
+    """The bound of one call on one connection, entered around the call (`with`): `seconds`
+    after it began (None: no bound), the connection's socket is shut (`shut`), so the call
+    fails at once, and the call's error becomes `StoreUnavailable` saying which call had no
+    answer, after how long, on which connection. Costs one timer of the event loop, and no
+    round trip. The store's other idle connections are replaced then too (`replace_soon`)."""
+
+    def __init__(
+        self,
+        connections: Connections,
+        conn: psycopg.AsyncConnection[Any],
+        what: str,
+        on: str,
+        seconds: float | None,
+    ) -> None:
+        self.connections, self.conn, self.what, self.on = connections, conn, what, on
+        self.seconds = seconds
+        self.timer: asyncio.TimerHandle | None = None
+        self.fired = False
+        self.backend = 0
+
+    def __enter__(self) -> Deadline:
+        if self.seconds is not None:
+            self.backend = self.conn.info.backend_pid
+            loop = asyncio.get_running_loop()
+            self.timer = loop.call_later(self.seconds, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        self.fired = True
+        shut(self.conn)
+        self.connections.replace_soon()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.fired:
+            return
+        if error is None:  # answered just as the bound passed: its socket is shut all the same
+            self.conn.pgconn.finish()
+            return
+        if isinstance(error, Exception):
+            assert self.seconds is not None
+            raise StoreUnavailable(
+                f"PostgreSQL at {self.connections.where} did not answer {self.what} within "
+                f"{self.seconds:g} s on {self.on} (server process {self.backend}); that "
+                "connection was closed, and the next call opens a new one"
+            ) from error
+
+
+async def cancel_all(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait for them to end."""
+    for task in list(tasks):
+        task.cancel()
+    if tasks:
+        await asyncio.wait(set(tasks))

@@ -11,9 +11,10 @@ A listener can lose its connection two ways. A closed one (a restart, a terminat
 noticed at once and opened again after a short pause that doubles up to 5 s. A silent one (a
 half-open TCP connection: a firewall or a NAT that forgot it, a server host that vanished) is
 noticed by a check of its own: after `CHECK_S` seconds without a notification the listener asks
-the server `SELECT 1` and gives it `ANSWER_S` seconds to answer, so a silent connection is
-replaced within `CHECK_S + ANSWER_S` seconds (40 s). TCP keepalives are on as well. Meanwhile,
-and whenever the listener is away, the queue's poll still finds every row.
+the server `SELECT 1`, within the store's bound like every call (`Deadline`), so a silent
+connection is replaced within `CHECK_S` seconds and the bound (40 s by default). TCP keepalives
+are on as well. Meanwhile, and whenever the listener is away, the queue's poll still finds every
+row.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import psycopg
 
 from ..._errors import StoreUnavailable
-from .connections import DOWN, Connections
+from .connections import ANSWER_MS, DOWN, Connections, Deadline
 
 log = logging.getLogger("nilo_job")
 
@@ -35,12 +36,7 @@ CHANNEL = "nilo_jobs"
 CHECK_S = 30.0
 """Seconds without a notification after which the listener checks that the server still
 answers."""
-ANSWER_S = 10.0
-"""Seconds the server has to answer that check before the connection is given up for silent."""
-
-
-class Silent(Exception):
-    """The listener's connection did not answer the check in time."""
+ON = "the listener's connection"
 
 
 async def listen(connections: Connections, wake: Callable[[int | None], None]) -> None:
@@ -68,14 +64,15 @@ async def listen(connections: Connections, wake: Callable[[int | None], None]) -
     while True:
         try:
             async with connections.listening() as conn:
-                await _session(conn, wake, started)
-        except (*DOWN, StoreUnavailable, Silent) as error:
+                await _session(connections, conn, wake, started)
+        except (*DOWN, StoreUnavailable) as error:
             log.warning("listening for pushes failed (%s); listening again in %.2f s", error, pause)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 5.0)
 
 
 async def _session(
+    connections: Connections,
     conn: psycopg.AsyncConnection[Any],
     wake: Callable[[int | None], None],
     started: Callable[[], None],
@@ -85,8 +82,10 @@ async def _session(
 
     Raises:
         psycopg.OperationalError: the connection broke.
-        Silent: the server did not answer the check in `ANSWER_S` seconds.
+        StoreUnavailable: the server did not answer the LISTEN or the check within the bound.
     """
+    seconds = connections.bound_s or ANSWER_MS / 1_000  # (the check is bounded even when
+    # the URL lets statements run for ever: it is the listener's only way to find silence)
     count = 0
 
     def tell(note: psycopg.Notify) -> None:
@@ -98,24 +97,17 @@ async def _session(
     # (the LISTEN, a check); `_heard` for everything else.
     conn.add_notify_handler(tell)
     try:
-        await conn.execute(f"LISTEN {CHANNEL}")
+        with Deadline(connections, conn, "the listener's LISTEN", ON, seconds):
+            await conn.execute(f"LISTEN {CHANNEL}")
         started()
         while True:
             count = 0
             await _heard(conn)
             if count:
                 continue
-            check = asyncio.ensure_future(conn.execute("SELECT 1"))
-            answered, _ = await asyncio.wait({check}, timeout=ANSWER_S)
-            if answered:
-                check.result()
-                continue
-            # Silent: close the socket without a word (a cancel would wait for the server
-            # that does not answer), and the check fails at once.
-            conn.pgconn.finish()
-            with contextlib.suppress(BaseException):
-                await check
-            raise Silent(f"no answer within {ANSWER_S:g} s after {CHECK_S:g} s of silence")
+            what = f"the listener's check after {CHECK_S:g} s of silence"
+            with Deadline(connections, conn, what, ON, seconds):
+                await conn.execute("SELECT 1")
     finally:
         conn.remove_notify_handler(tell)
 

@@ -21,12 +21,12 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from ..._errors import Refusal
+from ..._errors import MOST_MS, Refusal, is_int
 from ..._types import Stats
 from .. import _schema
 from .._sql import count_statement, dead_row, find_statement, row_view, unwrap_django
 from ..contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
-from .connections import Connections, where
+from .connections import ANSWER_MS, Connections, where
 from .listen import listen
 from .pooler import check_pool, read_pooler
 from .schema import read_schema, upgrade
@@ -62,9 +62,18 @@ class PostgresTable:
             keeps in LISTEN (also `?nilo_listen_url=` in the URL, percent-encoded); with
             `pooler` and none given, serve does not listen and finds other processes' rows by
             its poll (`poll_ms`).
+        answer_ms: how long the server has to answer one call, in milliseconds (default
+            10,000; at least 100). A call not answered in time (a connection a NAT or a
+            firewall forgot, a partition, a server host that stopped) has its connection
+            closed and raises `StoreUnavailable` naming the call, so no push, claim or end
+            waits longer. A call over many rows (`push_many`) gets it once per 10,000 rows;
+            migrations get no bound; `statement_timeout` in the URL's `options` makes it that
+            and a second more when longer, or none when 0. Also the default of libpq's
+            `tcp_user_timeout` unless the URL sets it.
 
     Raises:
-        Refusal: `target` is neither, or `pooler` / `listen_url` cannot be used as given.
+        Refusal: `target` is neither, or `pooler` / `listen_url` / `answer_ms` cannot be used
+            as given.
     """
 
     def __init__(
@@ -74,7 +83,12 @@ class PostgresTable:
         max_size: int = 10,
         pooler: bool = False,
         listen_url: str | None = None,
+        answer_ms: int = ANSWER_MS,
     ) -> None:
+        if not is_int(answer_ms, 100, MOST_MS):
+            raise Refusal(
+                f"job.Table(..., answer_ms={answer_ms!r}): whole milliseconds, from 100 up"
+            )
         if isinstance(target, str):
             said = read_pooler(target, pooler, listen_url)
             try:
@@ -98,10 +112,11 @@ class PostgresTable:
                 "psycopg_pool.AsyncConnectionPool"
             )
         self.max_size = max_size
+        self.answer_ms = answer_ms
         self.pooler, self.listen_url = said.pooler, said.listen_url
         self._connections = Connections(
             self.conninfo, pool, max_size, self._target(), pooler=said.pooler,
-            listen_url=said.listen_url,
+            listen_url=said.listen_url, answer_ms=answer_ms,
         )  # fmt: skip
 
     def __repr__(self) -> str:
@@ -121,11 +136,11 @@ class PostgresTable:
         await self._connections.close()
 
     async def ping(self) -> None:
-        await self._one("SELECT 1")
+        await self._one("SELECT 1", what="a ping")
 
     async def now_us(self) -> int | None:
         """The database's clock, in microseconds since the epoch."""
-        row = await self._one(SQL["now"])
+        row = await self._one(SQL["now"], what="a reading of its clock")
         return int(row[0])
 
     async def create_missing(self) -> None:
@@ -139,10 +154,14 @@ class PostgresTable:
         """
 
         where = repr(self)
-        await self._connections.run(lambda conn: upgrade(conn, where))
+        await self._connections.run(
+            lambda conn: upgrade(conn, where), "the upgrade of the table", bounded=False
+        )
 
     async def check(self) -> None:
-        columns, recorded = await self._connections.run(read_schema, transaction=False)
+        columns, recorded = await self._connections.run(
+            read_schema, "the check of the table", transaction=False
+        )
         _schema.check(repr(self), self._target(), columns, recorded)
 
     def _target(self) -> str:
@@ -165,12 +184,12 @@ class PostgresTable:
                 found = await (await cur.execute(query, params)).fetchone()
                 return [None if found is None else int(found[0])]
 
-            return await self._connections.kept_run(one, "push")
+            return await self._connections.kept_run(one, "push", "a push")
 
         async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
             return [await insert(conn, row) for row in rows]
 
-        return await self._connections.run(push)
+        return await self._connections.run(push, f"a push of {len(rows)} rows")
 
     async def _push_bulk(self, rows: Sequence[NewRow]) -> list[int | None]:
         """Rows without unique keys in one statement, one NOTIFY for all of them.
@@ -191,7 +210,9 @@ class PostgresTable:
             cur = await conn.execute(SQL["push_bulk"], params)
             return [*sorted(int(found[0]) for found in await cur.fetchall())]
 
-        return await self._connections.run(bulk, transaction=False)
+        return await self._connections.run(
+            bulk, f"a push of {len(rows)} rows", transaction=False, rows=len(rows)
+        )
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         tx = unwrap_django(tx)
@@ -265,7 +286,7 @@ class PostgresTable:
             ]
 
         # serve's claims come one at a time: on the connection kept for them.
-        claimed = await self._connections.kept_run(claim, "claim")
+        claimed = await self._connections.kept_run(claim, "claim", "a claim")
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -274,7 +295,9 @@ class PostgresTable:
         if len(plain) == len(ends):
             # The common case, a batch of runs that simply finished: one statement, on the
             # connection kept for serve's ends (its groups are written one at a time).
-            return await self._connections.kept_run(lambda cur: delete_done(cur, plain), "end")
+            return await self._connections.kept_run(
+                lambda cur: delete_done(cur, plain), "end", _ends(len(ends)), rows=len(ends)
+            )
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
             applied = []
@@ -291,7 +314,7 @@ class PostgresTable:
                 applied.append(ok)
             return applied
 
-        return await self._connections.run(apply, work=True)
+        return await self._connections.run(apply, _ends(len(ends)), work=True, rows=len(ends))
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         async def hand_on(conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -301,17 +324,17 @@ class PostgresTable:
             await insert(conn, then)
             return True
 
-        return await self._connections.run(hand_on, work=True)
+        return await self._connections.run(hand_on, "the hand-on of a unique key", work=True)
 
     async def cancel(self, row_id: int) -> bool:
         async def cancel(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(SQL["cancel"], (row_id,))
             return cur.rowcount == 1
 
-        return await self._connections.run(cancel, transaction=False)
+        return await self._connections.run(cancel, "a cancel", transaction=False)
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
-        row = await self._one(SQL["retry_dead"], (now_us, row_id))
+        row = await self._one(SQL["retry_dead"], (now_us, row_id), what="a retry of a dead row")
         return row is not None
 
     # ----------------------------------------------------------------------------- wake-ups
@@ -324,15 +347,15 @@ class PostgresTable:
 
     _connections: Connections
 
-    async def _one(self, query: str, params: Any = None) -> Any:
+    async def _one(self, query: str, params: Any = None, *, what: str = "a read") -> Any:
         async def one(conn: psycopg.AsyncConnection[Any]) -> Any:
             cur = await conn.execute(query, params)
             return await cur.fetchone()
 
-        return await self._connections.run(one, transaction=False)
+        return await self._connections.run(one, what, transaction=False)
 
     async def stats(self) -> Stats:
-        row = await self._one(SQL["stats"])
+        row = await self._one(SQL["stats"], what="a count of the rows")
         return Stats(row[0], row[1], row[2], row[3])
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
@@ -340,17 +363,17 @@ class PostgresTable:
             cur = await conn.execute(SQL["dead_ones"], (limit,))
             return [dead_row(r) for r in await cur.fetchall()]
 
-        return await self._connections.run(dead, transaction=False)
+        return await self._connections.run(dead, "a read of dead rows", transaction=False)
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
         return await self.find(Where(state=check_state(state)), None, limit)
 
-    async def _all(self, query: str, params: Any = None, *, transaction: bool = False) -> Any:
+    async def _all(self, query: str, params: Any = None, *, what: str = "a read") -> Any:
         async def run(conn: psycopg.AsyncConnection[Any]) -> Any:
             cur = await conn.execute(query, params)
             return await cur.fetchall()
 
-        return await self._connections.run(run, transaction=transaction)
+        return await self._connections.run(run, what, transaction=False)
 
     async def row(self, row_id: int) -> RowView | None:
         found = await self._all(SQL["row"], {"id": row_id})
@@ -362,38 +385,51 @@ class PostgresTable:
 
     async def count(self, where: Where) -> int:
         query, params = count_statement(where, postgres=True)
-        row = await self._one(query, params)
+        row = await self._one(query, params, what="a count of rows")
         return int(row[0])
 
     async def retry_many(self, ids: Sequence[int], now_us: int) -> list[int]:
-        return [r[0] for r in await self._all(SQL["retry_many"], (now_us, list(ids)))]
+        return [
+            r[0]
+            for r in await self._all(
+                SQL["retry_many"], (now_us, list(ids)), what=f"a retry of {len(ids)} rows"
+            )
+        ]
 
     async def cancel_many(self, ids: Sequence[int]) -> list[int]:
-        return [r[0] for r in await self._all(SQL["cancel_many"], (list(ids),))]
+        found = await self._all(
+            SQL["cancel_many"], (list(ids),), what=f"a cancel of {len(ids)} rows"
+        )
+        return [r[0] for r in found]
 
     async def delete_many(self, ids: Sequence[int]) -> list[int]:
-        return [r[0] for r in await self._all(SQL["delete_many"], {"ids": list(ids)})]
+        return [
+            r[0]
+            for r in await self._all(
+                SQL["delete_many"], {"ids": list(ids)}, what=f"a delete of {len(ids)} rows"
+            )
+        ]
 
     async def prune(self, before_us: int, limit: int) -> int:
         async def prune(conn: psycopg.AsyncConnection[Any]) -> int:
             cur = await conn.execute(SQL["prune"], (before_us, limit))
             return cur.rowcount
 
-        return await self._connections.run(prune, transaction=False)
+        return await self._connections.run(prune, "a prune of done rows", transaction=False)
 
     async def pause(self, kind: str, at_us: int) -> bool:
         async def pause(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(SQL["pause"], (kind, at_us))
             return cur.rowcount == 1
 
-        return await self._connections.run(pause, transaction=False)
+        return await self._connections.run(pause, "a pause", transaction=False)
 
     async def resume(self, kind: str) -> bool:
         async def resume(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(SQL["resume"], (kind,))
             return cur.rowcount == 1
 
-        return await self._connections.run(resume, transaction=False)
+        return await self._connections.run(resume, "a resume", transaction=False)
 
     async def paused(self) -> dict[str, int]:
         return {kind: int(at) for kind, at in await self._all(SQL["paused"])}
@@ -415,14 +451,19 @@ class PostgresTable:
             cur = await conn.execute(SQL["holding"], params)
             return [row_view(r) for r in await cur.fetchall()]
 
-        return await self._connections.run(holding, transaction=False)
+        return await self._connections.run(holding, "a read of a unique key", transaction=False)
 
     async def counts(self) -> dict[tuple[str, str], int]:
         async def counts(conn: psycopg.AsyncConnection[Any]) -> dict[tuple[str, str], int]:
             cur = await conn.execute(SQL["counts"])
             return {(kind, state): n for kind, state, n in await cur.fetchall()}
 
-        return await self._connections.run(counts, transaction=False)
+        return await self._connections.run(counts, "a count of the rows", transaction=False)
+
+
+def _ends(n: int) -> str:
+    """How a call that writes `n` ends is named in sentences."""
+    return "the end of a row" if n == 1 else f"a group of {n} ends"
 
 
 def _hidden(url: str) -> str:
