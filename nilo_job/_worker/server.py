@@ -366,7 +366,7 @@ class Outage:
         if self.since is None:
             self.since = time.monotonic()
             log.warning(
-                "claiming failed with %s: %s; asking again every %.1f s until it is answered",
+                "claiming failed with %s: %s; asking again every %g s until it is answered",
                 name, error, poll_s, extra={"error": name},
             )  # fmt: skip
             return

@@ -108,13 +108,13 @@ AT_ONCE_S = 1.0
 
 class Exits:
     """The worker's promise that a signal ends the process: after the first, within the grace
-    period and the store's bound (`grace_ms + bound_ms`) and a second more; after the second,
-    within `AT_ONCE_S`. A timer thread (which nothing in the event loop can hold up: a database
-    that does not answer, a sync run's thread that will not end) exits the process then, saying
-    so, with the rows it still holds left to their lease."""
+    period and the store's bound (`grace_ms + bound_ms`); after the second, within `AT_ONCE_S`.
+    A timer thread (which nothing in the event loop can hold up: a database that does not
+    answer, a sync run's thread that will not end) exits the process then, saying so, with the
+    rows it still holds left to their lease."""
 
     def __init__(self, grace_ms: int, bound_ms: int) -> None:
-        self.after_first_s = (grace_ms + bound_ms) / 1_000 + 1.0
+        self.after_first_s = (grace_ms + bound_ms) / 1_000
         self.timers: list[threading.Timer] = []
 
     def signalled(self, signals: int, name: str) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -739,3 +740,57 @@ async def test_serve_stops_even_when_a_library_swallows_a_cancel() -> None:
     assert store.swallowed == 1
     # serve has wholly stopped: no task of it is left running.
     assert {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} == set()
+
+
+async def test_an_outage_of_claims_is_told_in_three_lines(
+    store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims that fail are logged once as they begin, once more when they have failed for
+    longer than the lease (with what this process holds: nothing here), and once at INFO when
+    a claim is answered again; each failure between is DEBUG, and serve goes on by itself."""
+    failing = True
+    claim = store.claim
+
+    async def claim_or_fail(*args: Any, **kwargs: Any) -> list[Claimed]:
+        if failing:
+            raise job.StoreUnavailable("the database is away (a test's)")
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim", claim_or_fail)
+    jobs = job.Jobs(kinds=[Quick], store=store, poll_ms=20, timeout_ms=1)  # a lease of 1,001 ms
+    caplog.set_level(logging.DEBUG, logger="nilo_job")
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "nilo_job" and text in r.getMessage()]
+
+    async def until_said(text: str) -> None:
+        async with asyncio.timeout(10):
+            while not said(text):  # noqa: ASYNC110 (bounded)
+                await asyncio.sleep(0.01)
+
+    _ran.clear()
+    async with jobs.serving(grace_ms=1_000):
+        await until_said("longer than the lease")
+        failing = False
+        await jobs.push(Quick(7))
+        await until_said("claiming again")
+        async with asyncio.timeout(10):
+            while _ran != [7]:  # noqa: ASYNC110 (bounded)
+                await asyncio.sleep(0.01)
+    lines = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "nilo_job" and r.levelno >= logging.INFO and "laim" in r.getMessage()
+    ]
+    assert lines[0] == (
+        "WARNING",
+        "claiming failed with StoreUnavailable: the database is away (a test's); asking again "
+        "every 0.02 s until it is answered",
+    )
+    assert lines[1][0] == "WARNING"
+    assert lines[1][1].startswith("no claim has been answered for ")
+    assert lines[1][1].endswith(", longer than the lease (1001 ms): this process holds no row")
+    assert lines[2][0] == "INFO"
+    assert lines[2][1].startswith("claiming again: the store answered after ")
+    assert len(lines) == 3, lines
+    assert len(said("claiming failed again with StoreUnavailable")) >= 10

@@ -622,13 +622,13 @@ class Deadline:
 
     def __enter__(self) -> Deadline:
         if self.seconds is not None:
-            self.backend = self.conn.info.backend_pid
-            loop = asyncio.get_running_loop()
-            self.timer = loop.call_later(self.seconds, self._expire)
+            self.timer = asyncio.get_running_loop().call_later(self.seconds, self._expire)
         return self
 
     def _expire(self) -> None:
         self.fired = True
+        with contextlib.suppress(psycopg.Error):
+            self.backend = self.conn.info.backend_pid
         shut(self.conn)
         self.connections.replace_soon()
 
