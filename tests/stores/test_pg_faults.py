@@ -233,7 +233,7 @@ def test_answer_ms_is_whole_milliseconds_from_100() -> None:
 def test_tcp_settings_the_url_gives_win_and_the_rest_are_filled_in() -> None:
     from psycopg.conninfo import conninfo_to_dict
 
-    from nilo_job.store.postgres.connections import with_timeout
+    from nilo_job.store.postgres.bounds import with_timeout
 
     plain, timeout_s = with_timeout("postgresql://u@h/db", 4_000)
     assert timeout_s == 10
@@ -274,7 +274,7 @@ def test_tcp_settings_the_url_gives_win_and_the_rest_are_filled_in() -> None:
 def test_the_urls_statement_timeout_sets_the_bound_when_longer(
     options: str, bound: float | None
 ) -> None:
-    from nilo_job.store.postgres.connections import bound_s
+    from nilo_job.store.postgres.bounds import bound_s
 
     assert bound_s(4_000, "postgresql://u@h/db" + options) == bound
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 import nilo_job as job
-from nilo_job.store.postgres.connections import CONNECT_TIMEOUT_S
+from nilo_job.store.postgres.bounds import CONNECT_TIMEOUT_S
 
 
 @pytest.fixture

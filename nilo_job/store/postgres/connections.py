@@ -24,23 +24,12 @@ session: no statement is prepared on the server, the workers' settings are taken
 and end's transaction, and LISTEN goes to the direct `listen_url`, or nowhere (the poll finds
 every row).
 
-Every wait on the server is bounded, so that a connection that went silent (a NAT or a firewall
-that forgot it, a partition, a server host that stopped) never stalls a caller:
-
-- a connection opens within `connect_timeout` from the URL, or 10 s;
-- every call (a statement, or one transaction) is answered within the store's bound, `answer_ms`
-  (10 s unless told; the bound times `ceil(rows / 10,000)` for a call over many rows, none for a
-  migration, longer when the URL's own `statement_timeout` is longer). A call not answered in
-  time has its connection's socket shut (`Deadline`): the wait ends at once, the connection is
-  discarded, and the caller gets `StoreUnavailable` saying which call, after how long, on which
-  connection. The store's idle connections are replaced then too (`replace`), since what
-  silenced one has likely silenced them all;
-- TCP keepalives and libpq's `tcp_user_timeout` are on unless the URL sets them, so the kernel
-  also finds a dead flow under a call that has no bound, and under idle connections.
-
-A server that cannot be reached within the connect timeout, and the driver's errors that mean the
-table is missing or older than this version, are `StoreUnavailable` with a sentence naming the
-server.
+Every wait on the server is bounded (`bounds`): a call not answered within `answer_ms` has its
+connection shut and raises `StoreUnavailable`, and the store's idle connections are replaced
+then (`replace`), as after any lost connection, since what silenced or broke one has likely done
+the same to them all. A server that cannot be reached within the connect timeout, and the
+driver's errors that mean the table is missing or older than this version, are
+`StoreUnavailable` with a sentence naming the server.
 """
 
 from __future__ import annotations
@@ -49,44 +38,23 @@ import asyncio
 import contextlib
 import math
 import os
-import re
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg import errors, pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import StoreUnavailable
 from .. import _schema
+from .bounds import ANSWER_MS, ROWS_PER_BOUND, Deadline, bound_s, lost, with_timeout
 from .pooler import WORK_LOCAL, with_work_settings
 
 DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 """The driver's exceptions that mean the server cannot be reached (or the pool gave up)."""
-
-CONNECT_TIMEOUT_S = 10
-"""How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
-
-ANSWER_MS = 10_000
-"""How long the server has to answer one call, in milliseconds, unless the store is told
-(`answer_ms`)."""
-
-ROWS_PER_BOUND = 10_000
-"""A call over many rows is given the bound once for every this many rows."""
-
-KEEPALIVES = {
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-}
-"""libpq's TCP keepalives (seconds), set unless the URL sets its own: a flow that went dead under
-an idle connection is found within about a minute."""
 
 REPLACE_EVERY_S = 1.0
 """The store's idle connections are replaced at most once in this many seconds."""
@@ -113,76 +81,6 @@ def where(conninfo: str) -> str:
         return conninfo.split("@")[-1][:80]
     port = f":{shown['port']}" if shown.get("port") else ""
     return f"{shown.get('host', '')}{port}/{shown.get('dbname', '')}"
-
-
-def with_timeout(conninfo: str, answer_ms: int = ANSWER_MS) -> tuple[str, float]:
-    """`conninfo` with a connect timeout (the URL's own, or `CONNECT_TIMEOUT_S`), TCP keepalives
-    (`KEEPALIVES`) and `tcp_user_timeout` (`answer_ms`: data the server has not acknowledged
-    for that long means the flow is dead), each where the URL sets none; and the connect
-    timeout in seconds."""
-    given = conninfo_to_dict(conninfo)
-    defaults: dict[str, Any] = {
-        name: value for name, value in KEEPALIVES.items() if given.get(name) is None
-    }
-    if given.get("tcp_user_timeout") is None:
-        defaults["tcp_user_timeout"] = answer_ms
-    timeout_s: float = CONNECT_TIMEOUT_S
-    if given.get("connect_timeout") is None:
-        defaults["connect_timeout"] = CONNECT_TIMEOUT_S
-    else:
-        with contextlib.suppress(ValueError):
-            timeout_s = max(2.0, float(str(given["connect_timeout"])))  # libpq waits 2 s at least
-    return (make_conninfo(conninfo, **defaults) if defaults else conninfo), timeout_s
-
-
-_UNITS_MS = {"": 1, "ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def statement_timeout_ms(conninfo: str) -> int | None:
-    """The `statement_timeout` the URL's `options` give the server (`-c statement_timeout=30s`),
-    in milliseconds (0: none); None when they give none, or one this cannot read."""
-    options = conninfo_to_dict(conninfo).get("options") or ""
-    found = re.search(r"statement_timeout\s*=\s*'?(\d+)\s*(ms|s|min|h|d|)\b", str(options))
-    if found is None:
-        return None
-    return int(found[1]) * _UNITS_MS[found[2]]
-
-
-def bound_s(answer_ms: int, conninfo: str) -> float | None:
-    """How long one call may wait for its answer, in seconds: `answer_ms`, or the URL's own
-    `statement_timeout` and a second more when that is longer (the server cuts the statement
-    and says so); None when the URL turns `statement_timeout` off (0): a statement may then
-    run as long as it likes, and only TCP finds a dead flow."""
-    statement_ms = statement_timeout_ms(conninfo)
-    if statement_ms == 0:
-        return None
-    if statement_ms is None:
-        return answer_ms / 1_000
-    return max(answer_ms, statement_ms + 1_000) / 1_000
-
-
-def lost(error: BaseException) -> bool:
-    """Whether `error` says a connection was lost: the driver's own (no SQLSTATE), a connection
-    exception (class 08) or the server shutting sessions down (57P); not the pool's wait for a
-    free connection running out, not an error of a statement (a lock not available)."""
-    if not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
-        return False
-    if isinstance(error, PoolTimeout):
-        return False
-    state = error.sqlstate
-    return state is None or state.startswith(("08", "57P"))
-
-
-def shut(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Shut `conn`'s socket both ways, without a word to the server and without waiting: what
-    waits on it ends at once, as if the server had closed it, and the connection is broken
-    (closed by whoever holds it, as any broken connection). The descriptor stays open until
-    then, so nothing else can be handed its number meanwhile."""
-    with (
-        contextlib.suppress(OSError, psycopg.Error),
-        socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock,
-    ):
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 class Connections:
@@ -343,7 +241,7 @@ class Connections:
         seconds = self.bound_s if bounded else None
         if seconds is not None and rows > ROWS_PER_BOUND:
             seconds *= math.ceil(rows / ROWS_PER_BOUND)
-        return Deadline(self, conn, what, on, seconds)
+        return Deadline(conn, what, on, seconds, self.where, self.replace_soon)
 
     async def run(
         self,
@@ -597,61 +495,6 @@ class Kept:
 
 
 _PURPOSE: dict[Use, str] = {"push": "pushes", "claim": "claims", "end": "ends"}
-
-
-class Deadline:
-    """The bound of one call on one connection, entered around the call (`with`): `seconds`
-    after it began (None: no bound), the connection's socket is shut (`shut`), so the call
-    fails at once, and the call's error becomes `StoreUnavailable` saying which call had no
-    answer, after how long, on which connection. Costs one timer of the event loop, and no
-    round trip. The store's other idle connections are replaced then too (`replace_soon`)."""
-
-    def __init__(
-        self,
-        connections: Connections,
-        conn: psycopg.AsyncConnection[Any],
-        what: str,
-        on: str,
-        seconds: float | None,
-    ) -> None:
-        self.connections, self.conn, self.what, self.on = connections, conn, what, on
-        self.seconds = seconds
-        self.timer: asyncio.TimerHandle | None = None
-        self.fired = False
-        self.backend = 0
-
-    def __enter__(self) -> Deadline:
-        if self.seconds is not None:
-            self.timer = asyncio.get_running_loop().call_later(self.seconds, self._expire)
-        return self
-
-    def _expire(self) -> None:
-        self.fired = True
-        with contextlib.suppress(psycopg.Error):
-            self.backend = self.conn.info.backend_pid
-        shut(self.conn)
-        self.connections.replace_soon()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        if not self.fired:
-            return
-        if error is None:  # answered just as the bound passed: its socket is shut all the same
-            self.conn.pgconn.finish()
-            return
-        if isinstance(error, Exception):
-            assert self.seconds is not None
-            raise StoreUnavailable(
-                f"PostgreSQL at {self.connections.where} did not answer {self.what} within "
-                f"{self.seconds:g} s on {self.on} (server process {self.backend}); that "
-                "connection was closed, and the next call opens a new one"
-            ) from error
 
 
 async def cancel_all(tasks: set[asyncio.Task[None]]) -> None:

@@ -28,7 +28,8 @@ from typing import Any
 import psycopg
 
 from ..._errors import StoreUnavailable
-from .connections import ANSWER_MS, DOWN, Connections, Deadline
+from .bounds import ANSWER_MS, Deadline
+from .connections import DOWN, Connections
 
 log = logging.getLogger("nilo_job")
 
@@ -86,6 +87,7 @@ async def _session(
     """
     seconds = connections.bound_s or ANSWER_MS / 1_000  # (the check is bounded even when
     # the URL lets statements run for ever: it is the listener's only way to find silence)
+    at = connections.where
     count = 0
 
     def tell(note: psycopg.Notify) -> None:
@@ -97,7 +99,7 @@ async def _session(
     # (the LISTEN, a check); `_heard` for everything else.
     conn.add_notify_handler(tell)
     try:
-        with Deadline(connections, conn, "the listener's LISTEN", ON, seconds):
+        with Deadline(conn, "the listener's LISTEN", ON, seconds, at, connections.replace_soon):
             await conn.execute(f"LISTEN {CHANNEL}")
         started()
         while True:
@@ -106,7 +108,7 @@ async def _session(
             if count:
                 continue
             what = f"the listener's check after {CHECK_S:g} s of silence"
-            with Deadline(connections, conn, what, ON, seconds):
+            with Deadline(conn, what, ON, seconds, at, connections.replace_soon):
                 await conn.execute("SELECT 1")
     finally:
         conn.remove_notify_handler(tell)

@@ -26,7 +26,8 @@ from ..._types import Stats
 from .. import _schema
 from .._sql import count_statement, dead_row, find_statement, row_view, unwrap_django
 from ..contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
-from .connections import ANSWER_MS, Connections, where
+from .bounds import ANSWER_MS
+from .connections import Connections, where
 from .listen import listen
 from .pooler import check_pool, read_pooler
 from .schema import read_schema, upgrade
