@@ -27,8 +27,11 @@ class Grouped(Generic[T, R]):
     Each caller still waits for its own item's answer, so grouping costs durability nothing; it
     turns one transaction per item into one per group. When a group fails with anything but
     `StoreUnavailable` (an outage fails every item alike), each of its items is written again
-    alone, so that one caller's bad item is never another caller's error. A group is written in
-    a context of its own (no caller's contextvars), since it is no one caller's.
+    alone, so that one caller's bad item is never another caller's error. When a push's write
+    fails with `StoreUnavailable`, the pushes waiting for the next write fail with it too,
+    unsent: none waits out another bound of its own behind one that found the store away. A
+    group is written in a context of its own (no caller's contextvars), since it is no one
+    caller's.
 
     Two kinds of caller:
     - `detached=False` (pushes): a call made while none is in flight lets the loop turn once
@@ -124,9 +127,19 @@ class Grouped(Generic[T, R]):
         try:
             (answer,) = await self.write([item])
             return answer
+        except StoreUnavailable as error:
+            self._fail_waiting(error)
+            raise
         finally:
             self.flying = []
             self._next(loop)
+
+    def _fail_waiting(self, error: StoreUnavailable) -> None:
+        """(pushes) A write just found the store away: the pushes waiting for the next one fail
+        with `error` now, unsent (so nothing of theirs is written)."""
+        if not self.detached:
+            waiting, self.pending = self.pending, []
+            _settle_all(waiting, error)
 
     def in_flight(self, item: T) -> bool:
         """Whether `item` is part of the write in flight (sent, or about to be): its caller may
@@ -163,6 +176,7 @@ class Grouped(Generic[T, R]):
             answers = await self.write(items)
         except StoreUnavailable as error:
             _settle_all(group, error)
+            self._fail_waiting(error)
             return
         except Exception as error:
             if len(group) == 1:

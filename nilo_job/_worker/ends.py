@@ -125,16 +125,18 @@ class Ends:
             except StoreUnavailable as error:
                 if time.monotonic() + pause > deadline:
                     log.error(
-                        "%s row %d: its end could not be written (%s); the row runs again "
-                        "once its lease has passed",
+                        "%s row %d: its end could not be written (%s); unless a try whose "
+                        "answer was lost wrote it, the row runs again once its lease has passed",
                         kind, row.id, error, extra={"kind": kind, "row": row.id},
                     )  # fmt: skip
                     return None, retried
-                retried = True
-                log.warning(
-                    "%s row %d: writing its end failed (%s); trying again in %.2f s",
+                log.log(
+                    logging.DEBUG if retried else logging.WARNING,
+                    "%s row %d: writing its end failed (%s); trying again for as long as its "
+                    "lease lasts, first in %.2f s",
                     kind, row.id, error, pause, extra={"kind": kind, "row": row.id},
                 )  # fmt: skip
+                retried = True
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
             except Exception as error:

@@ -70,6 +70,7 @@ class Server:
         # serve's context (each run gets a copy); the claim loop awaits a claim; serve stops.
         self.context, self.claiming, self.stopping = contextvars.Context(), False, False
         self.stop_began: float | None = None  # loop time serve was asked to stop
+        self.claims: asyncio.Task[None] | None = None  # the claim loop's task, while serve runs
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
@@ -168,12 +169,14 @@ class Server:
                     raise  # this block itself was cancelled (a timeout around it, say)
 
     async def _claims(self, feed: Feed, wakeup: Wakeup) -> None:
-        """Run the claim loop, which awaits each claim itself, in a task of its own until serve
-        is cancelled. A cancel during a claim lets its answer come (the store may finish it in
-        its own thread or on the server), and the loop gives those rows back unrun and ends; a
-        second cancel cuts that wait short, leaving them to their lease."""
+        """Run the claim loop, which awaits each claim itself, in a task of its own
+        (`self.claims`) until serve is cancelled. A cancel during a claim lets its answer come
+        (the store may finish it in its own thread or on the server), and the loop then gives
+        those rows back unrun and ends; `_stop` waits for that, while the running rows have
+        their grace period."""
         loop = asyncio.get_running_loop()
         claims = loop.create_task(self._claim_loop(feed, wakeup), context=self.context.copy())
+        self.claims = claims
         try:
             await asyncio.shield(claims)
         except asyncio.CancelledError:
@@ -181,10 +184,6 @@ class Server:
             self.stop_began = loop.time()  # the grace period counts from here
             if not self.claiming:
                 claims.cancel()
-            try:
-                await asyncio.wait({claims})
-            finally:
-                await cancel_and_wait([claims])
             raise
 
     async def _claim_loop(self, feed: Feed, wakeup: Wakeup) -> None:
@@ -220,12 +219,13 @@ class Server:
                 await wakeup.sleep(poll_s)
                 continue
             self.claiming = True
+            sent = time.monotonic()
             try:
                 rows = await self._claim(now, limit)
             except Exception as error:
                 if self.stopping:
                     return
-                outage.failed(error, poll_s, feed)
+                outage.failed(error, sent, poll_s, feed)
                 await asyncio.sleep(poll_s)
                 continue
             finally:
@@ -343,6 +343,17 @@ class Server:
         await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        # A claim in flight as the stop came: its answer, whose rows the claim loop gives back
+        # (a second cancel cuts the wait short, leaving them to their lease).
+        claims, self.claims = self.claims, None
+        if claims is not None:
+            try:
+                if not interrupted:
+                    await asyncio.wait({claims})
+            except asyncio.CancelledError:
+                interrupted = True
+            finally:
+                await cancel_and_wait([claims])
         await self.ends.stop_grouping()
         await self.ends.settled()  # the observers and status of ends written just now
         if interrupted:
@@ -360,11 +371,12 @@ class Outage:
         self.since: float | None = None  # when claims began to fail (monotonic, s)
         self.past_lease = False  # the second WARNING was logged
 
-    def failed(self, error: Exception, poll_s: float, feed: Feed) -> None:
-        """A claim failed with `error`; the next one goes out in `poll_s` seconds."""
+    def failed(self, error: Exception, sent: float, poll_s: float, feed: Feed) -> None:
+        """A claim sent at `sent` (monotonic, s) failed with `error`; the next one goes out in
+        `poll_s` seconds."""
         name = type(error).__name__
         if self.since is None:
-            self.since = time.monotonic()
+            self.since = sent  # (a claim that had no answer for the bound failed at its end)
             log.warning(
                 "claiming failed with %s: %s; asking again every %g s until it is answered",
                 name, error, poll_s, extra={"error": name},
@@ -379,9 +391,9 @@ class Outage:
             log.warning(
                 "no claim has been answered for %.0f s, longer than the lease (%d ms): %s",
                 down_s, self.lease_ms,
-                f"the {_count(len(held), 'row')} running here ({shown}) may be taken and run "
-                "again by another worker meanwhile; their ends are written if the store answers "
-                "before another worker takes them" if held else "this process holds no row",
+                f"the {_count(len(held), 'row')} this process holds ({shown}: running, or "
+                "run and their ends not yet written) may be taken and run again by another "
+                "worker meanwhile" if held else "this process holds no row",
                 extra={"error": name},
             )  # fmt: skip
 

@@ -90,7 +90,7 @@ def worker(
         raise
     if workers is not None:
         jobs.workers = workers
-    exits = Exits(grace_ms, getattr(jobs.store, "answer_ms", BOUND_MS))
+    exits = Exits(grace_ms, getattr(jobs.store, "bound_ms", BOUND_MS))
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(_work(jobs, grace_ms, names, early, said, exits))
@@ -132,8 +132,8 @@ class Exits:
 
 def _exit_now(name: str, seconds: float) -> None:
     logging.getLogger("nilo_job").warning(
-        "still stopping %g s after %s: exiting now; the rows this process still holds run "
-        "again after their lease",
+        "still stopping %g s after %s: exiting now; any row this process still holds runs "
+        "again after its lease",
         seconds, name,
     )  # fmt: skip
     logging.shutdown()

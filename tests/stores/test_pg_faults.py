@@ -222,10 +222,14 @@ async def test_a_silent_listener_is_noticed_and_replaced_within_its_bound(
 # ------------------------------------------------------------- every wait has its bound
 
 
-def test_answer_ms_is_whole_milliseconds_from_100() -> None:
-    for bad in (99, 0, -1, 1.5, "10000", True, None):
-        with pytest.raises(job.Refusal, match=r"answer_ms=.*whole milliseconds, from 100 up"):
+def test_answer_ms_is_whole_milliseconds_from_100_to_a_day() -> None:
+    for bad in (99, 0, -1, 1.5, "10000", True, None, 86_400_001, 3_000_000_000):
+        with pytest.raises(job.Refusal) as refused:
             job.Table("postgresql://u@h/db", answer_ms=bad)
+        assert str(refused.value) == (
+            f"job.Table(..., answer_ms={bad!r}): whole milliseconds, from 100 to 86,400,000 (a day)"
+        )
+    assert job.Table("postgresql://u@h/db", answer_ms=86_400_000).answer_ms == 86_400_000  # type: ignore[attr-defined]
     assert job.Table("postgresql://u@h/db", answer_ms=100).answer_ms == 100  # type: ignore[attr-defined]
     assert job.Table("postgresql://u@h/db").answer_ms == 10_000  # type: ignore[attr-defined]
 
@@ -240,12 +244,15 @@ def test_tcp_settings_the_url_gives_win_and_the_rest_are_filled_in() -> None:
     said = conninfo_to_dict(plain)
     assert {k: said[k] for k in said if k not in ("user", "host", "dbname")} == {
         "connect_timeout": "10",
-        "tcp_user_timeout": "4000",
+        "tcp_user_timeout": "30000",  # the kernel's own bound: 30 s, or answer_ms when longer
         "keepalives": "1",
         "keepalives_idle": "30",
         "keepalives_interval": "10",
         "keepalives_count": "3",
     }
+    assert conninfo_to_dict(with_timeout("postgresql://u@h/db", 45_000)[0])["tcp_user_timeout"] == (
+        "45000"
+    )
     own, timeout_s = with_timeout(
         "postgresql://u@h/db?connect_timeout=3&tcp_user_timeout=5000&keepalives_idle=15", 4_000
     )
@@ -279,6 +286,64 @@ def test_the_urls_statement_timeout_sets_the_bound_when_longer(
     assert bound_s(4_000, "postgresql://u@h/db" + options) == bound
 
 
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        (
+            "connect_timeout=abc",
+            "connect_timeout=abc in the URL: whole seconds, 1 or more (0, "
+            "which waits for ever, is refused)",
+        ),
+        (
+            "connect_timeout=0",
+            "connect_timeout=0 in the URL: whole seconds, 1 or more (0, which "
+            "waits for ever, is refused)",
+        ),
+        (
+            "connect_timeout=-3",
+            "connect_timeout=-3 in the URL: whole seconds, 1 or more (0, "
+            "which waits for ever, is refused)",
+        ),
+        ("tcp_user_timeout=abc", "tcp_user_timeout=abc in the URL: whole milliseconds, 0 or more"),
+        ("tcp_user_timeout=1.5", "tcp_user_timeout=1.5 in the URL: whole milliseconds, 0 or more"),
+        ("keepalives=2", "keepalives=2 in the URL: 1 (on) or 0 (off)"),
+        ("keepalives_idle=x", "keepalives_idle=x in the URL: whole seconds, 0 or more"),
+        ("keepalives_interval=-1", "keepalives_interval=-1 in the URL: whole seconds, 0 or more"),
+        ("keepalives_count=many", "keepalives_count=many in the URL: a count, 0 or more"),
+    ],
+)
+def test_a_tcp_setting_libpq_would_refuse_is_refused_when_the_table_is_made(
+    query: str, said: str
+) -> None:
+    with pytest.raises(job.Refusal) as refused:
+        job.Table(f"postgresql://u@h/db?{query}")
+    assert str(refused.value) == said
+
+
+@pytest.mark.parametrize(
+    ("value", "ms"),
+    [
+        ("60000", 60_000),
+        ("60s", 60_000),
+        ("1.5s", 1_500),
+        ("90.5s", 90_500),
+        ("2min", 120_000),
+        ("1.5min", 90_000),
+        ("1h", 3_600_000),
+        ("90000000us", 90_000),
+        ("250ms", 250),
+        ("0", 0),
+    ],
+)
+def test_statement_timeout_is_read_in_the_servers_units(value: str, ms: int) -> None:
+    from urllib.parse import quote
+
+    from nilo_job.store.postgres.bounds import statement_timeout_ms
+
+    url = "postgresql://u@h/db?options=" + quote(f"-c statement_timeout={value}")
+    assert statement_timeout_ms(url) == ms
+
+
 async def test_the_kernel_is_told_the_bound_on_every_connection(pg_url: str) -> None:
     """`tcp_user_timeout` and the keepalives reach the socket itself."""
     import socket
@@ -290,7 +355,7 @@ async def test_the_kernel_is_told_the_bound_on_every_connection(pg_url: str) -> 
         kept = table._connections.kept["push"].conn  # type: ignore[attr-defined]
         sock = socket.socket(fileno=os.dup(kept.pgconn.socket))
         with sock:
-            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 7_000
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
@@ -338,6 +403,41 @@ async def test_every_call_on_a_server_that_stopped_answering_ends_within_the_bou
         proxy.resume()
         assert await jobs.push(Stamp(7)) is not None
         assert (await jobs.stats()).queued >= 4  # (the unanswered pushes may have been written)
+    finally:
+        await table.close()
+        proxy.close()
+
+
+async def test_pushes_waiting_behind_one_that_had_no_answer_fail_with_it_unsent(
+    pg_url: str,
+) -> None:
+    """Concurrent pushes share a write: on a server that stopped answering, the first is sent
+    and has no answer within the bound; the ones that came meanwhile fail with it, at once and
+    unsent, rather than each waiting a bound (and a connect timeout) more."""
+    from tests.helpers.proxy import Proxy
+
+    proxy = Proxy().start()
+    table = job.Table(proxy.url(pg_url), answer_ms=1_000)
+    jobs = job.Jobs(kinds=[Stamp], store=table)
+    try:
+        await jobs.push(Stamp(1))  # the connection kept for pushes is open
+        proxy.pause()
+        began = time.monotonic()
+        first = asyncio.create_task(jobs.push(Stamp(2)))
+        await asyncio.sleep(0.3)  # it is in flight
+        later = [asyncio.create_task(jobs.push(Stamp(n))) for n in range(3, 8)]
+        answers = await asyncio.gather(first, *later, return_exceptions=True)
+        took = time.monotonic() - began
+        assert all(isinstance(answer, job.StoreUnavailable) for answer in answers), answers
+        assert 1.0 <= took < 1.0 + 1.0, took
+        proxy.resume()
+        assert await jobs.push(Stamp(8)) is not None
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            cur = await conn.execute("SELECT payload FROM nilo_jobs ORDER BY id")
+            pushed = [row[0] for row in await cur.fetchall()]
+        # 1 and 8; 2 was sent and may have landed when the server answered again; 3-7 were
+        # never sent.
+        assert pushed in ([{"n": 1}, {"n": 8}], [{"n": 1}, {"n": 2}, {"n": 8}]), pushed
     finally:
         await table.close()
         proxy.close()

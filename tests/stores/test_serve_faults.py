@@ -635,6 +635,79 @@ async def test_a_stop_while_a_claim_is_answered_gives_its_rows_back_unrun(store:
     assert await jobs.stats() == (1, 0, 0)
 
 
+@dataclasses.dataclass
+class Sleepy:
+    nilo_job = "sleepy"
+    retry = job.Retry.NONE
+
+    n: int = 0
+
+    async def run(self) -> None:
+        _ran.append(self.n)
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        except asyncio.CancelledError:
+            _cancelled.append(self.n)
+            raise
+
+
+_cancelled: list[int] = []
+
+
+async def test_the_grace_counts_from_the_stop_while_a_claim_has_no_answer_yet(
+    store: Store,
+) -> None:
+    """A row runs past the grace while a claim is still waiting for its answer (a database
+    that does not answer): the row is cancelled when the grace ends, not once the claim is
+    answered; when the answer comes, its row goes back unrun, and so does the cancelled one."""
+    _ran.clear()
+    _cancelled.clear()
+    jobs = job.Jobs(kinds=[Quick, Sleepy], store=store, workers=2, poll_ms=60_000)
+    pusher = job.Jobs(kinds=[Quick, Sleepy], store=store)
+    await jobs.push(Sleepy(1))
+    real = store.claim
+    gate = asyncio.Event()
+    held: list[asyncio.Future[list[Claimed]]] = []
+    holding = False
+
+    async def claim(*args: Any, **kwargs: Any) -> list[Claimed]:
+        if not holding:  # the claims that find Sleepy(1), or nothing, are answered at once
+            return await real(*args, **kwargs)
+
+        async def answer() -> list[Claimed]:
+            rows = await real(*args, **kwargs)
+            await gate.wait()
+            return rows
+
+        inner = asyncio.ensure_future(answer())
+        held.append(inner)
+        return await asyncio.shield(inner)
+
+    store.claim = claim  # type: ignore[method-assign]
+    serving = asyncio.create_task(jobs.serve(grace_ms=200))
+    async with asyncio.timeout(10):
+        while _ran != [1]:  # noqa: ASYNC110 (bounded)
+            await asyncio.sleep(0)
+    holding = True
+    await pusher.push(Quick(2))
+    jobs.wake()
+    async with asyncio.timeout(10):
+        while not held or (await jobs.stats()).running != 2:  # noqa: ASYNC110 (bounded)
+            await asyncio.sleep(0)
+    serving.cancel()
+    async with asyncio.timeout(5):
+        while _cancelled != [1]:  # noqa: ASYNC110 (bounded)
+            await asyncio.sleep(0.01)
+    assert not gate.is_set()  # the claim still has no answer
+    assert not serving.done()
+    gate.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        async with asyncio.timeout(10):
+            await serving
+    assert _ran == [1]
+    assert await jobs.stats() == (2, 0, 0)  # both back in the queue, unrun
+
+
 async def test_a_claimed_push_cancelled_as_serve_stops_is_given_back(store: Store) -> None:
     _ran.clear()
     jobs = job.Jobs(kinds=[Quick], store=store, workers=1, poll_ms=60_000)

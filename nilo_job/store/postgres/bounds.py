@@ -32,7 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
 
-from ..._errors import StoreUnavailable
+from ..._errors import Refusal, StoreUnavailable
 
 CONNECT_TIMEOUT_S = 10
 """How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
@@ -54,37 +54,71 @@ KEEPALIVES = {
 an idle connection is found within about a minute."""
 
 
+TCP_USER_TIMEOUT_MS = 30_000
+"""libpq's `tcp_user_timeout` unless the URL sets it (or `answer_ms` when longer): data the
+server's host has not acknowledged for that long means the flow is dead. It is the kernel's
+bound under calls that have none of their own (a migration) and under idle connections; the
+bound on a call is `Deadline`'s. (Not shorter: it also counts while a busy server is slow to
+read a large statement.)"""
+
+MOST_ANSWER_MS = 86_400_000
+"""The longest `answer_ms`: a day."""
+
+_WHOLE = {
+    "connect_timeout": (1, "whole seconds, 1 or more (0, which waits for ever, is refused)"),
+    "tcp_user_timeout": (0, "whole milliseconds, 0 or more"),
+    "keepalives": (0, "1 (on) or 0 (off)"),
+    "keepalives_idle": (0, "whole seconds, 0 or more"),
+    "keepalives_interval": (0, "whole seconds, 0 or more"),
+    "keepalives_count": (0, "a count, 0 or more"),
+}
+
+
 def with_timeout(conninfo: str, answer_ms: int = ANSWER_MS) -> tuple[str, float]:
     """`conninfo` with a connect timeout (the URL's own, or `CONNECT_TIMEOUT_S`), TCP keepalives
-    (`KEEPALIVES`) and `tcp_user_timeout` (`answer_ms`: data the server has not acknowledged
-    for that long means the flow is dead), each where the URL sets none; and the connect
-    timeout in seconds."""
+    (`KEEPALIVES`) and `tcp_user_timeout` (`TCP_USER_TIMEOUT_MS`, or `answer_ms` when longer),
+    each where the URL sets none; and the connect timeout in seconds.
+
+    Raises:
+        Refusal: the URL gives one of those a value libpq would refuse at connect time, or
+            `connect_timeout=0` (no bound).
+    """
     given = conninfo_to_dict(conninfo)
+    for name, (least, what) in _WHOLE.items():
+        value = given.get(name)
+        if value is not None and not (str(value).isdigit() and int(str(value)) >= least):
+            raise Refusal(f"{name}={value} in the URL: {what}")
+    if given.get("keepalives") is not None and int(str(given["keepalives"])) > 1:
+        raise Refusal(f"keepalives={given['keepalives']} in the URL: 1 (on) or 0 (off)")
     defaults: dict[str, Any] = {
         name: value for name, value in KEEPALIVES.items() if given.get(name) is None
     }
     if given.get("tcp_user_timeout") is None:
-        defaults["tcp_user_timeout"] = answer_ms
-    timeout_s: float = CONNECT_TIMEOUT_S
+        defaults["tcp_user_timeout"] = max(answer_ms, TCP_USER_TIMEOUT_MS)
     if given.get("connect_timeout") is None:
         defaults["connect_timeout"] = CONNECT_TIMEOUT_S
+        timeout_s: float = CONNECT_TIMEOUT_S
     else:
-        with contextlib.suppress(ValueError):
-            timeout_s = max(2.0, float(str(given["connect_timeout"])))  # libpq waits 2 s at least
+        timeout_s = max(2.0, float(str(given["connect_timeout"])))  # libpq waits 2 s at least
     return (make_conninfo(conninfo, **defaults) if defaults else conninfo), timeout_s
 
 
-_UNITS_MS = {"": 1, "ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_UNITS_MS = {
+    "us": 0.001, "": 1, "ms": 1, "s": 1_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000
+}  # fmt: skip
 
 
 def statement_timeout_ms(conninfo: str) -> int | None:
-    """The `statement_timeout` the URL's `options` give the server (`-c statement_timeout=30s`),
-    in milliseconds (0: none); None when they give none, or one this cannot read."""
+    """The `statement_timeout` the URL's `options` give the server (`-c statement_timeout=30s`,
+    `1.5s`, `90000`), in milliseconds (0: none); None when they give none, or one this cannot
+    read (the server then says what is wrong with it)."""
     options = conninfo_to_dict(conninfo).get("options") or ""
-    found = re.search(r"statement_timeout\s*=\s*'?(\d+)\s*(ms|s|min|h|d|)\b", str(options))
+    found = re.search(
+        r"statement_timeout\s*=\s*'?(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d|)(?![\w.])", str(options)
+    )
     if found is None:
         return None
-    return int(found[1]) * _UNITS_MS[found[2]]
+    return round(float(found[1]) * _UNITS_MS[found[2]])
 
 
 def bound_s(answer_ms: int, conninfo: str) -> float | None:

@@ -56,6 +56,10 @@ from .pooler import WORK_LOCAL, with_work_settings
 DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 """The driver's exceptions that mean the server cannot be reached (or the pool gave up)."""
 
+CLOSE_S = 1.0
+"""How long closing one of the store's pools waits for its workers, which may be opening a
+connection to a server that does not answer (psycopg_pool then says it gave up on them)."""
+
 REPLACE_EVERY_S = 1.0
 """The store's idle connections are replaced at most once in this many seconds."""
 
@@ -110,6 +114,7 @@ class Connections:
     ) -> None:
         self.conninfo, self.timeout_s = with_timeout(conninfo, answer_ms)
         self.bound_s = bound_s(answer_ms, conninfo)
+        self.answer_s = answer_ms / 1_000
         self.replaced_at = 0.0  # when the idle connections were last replaced (monotonic, s)
         self.replacing: set[asyncio.Task[None]] = set()
         self.where = where(conninfo)
@@ -270,7 +275,7 @@ class Connections:
             else "a connection of the pool"
         )  # fmt: skip
         try:
-            async with pool.connection() as conn:
+            async with pool.connection(timeout=self.timeout_s) as conn:
                 with self.deadline(conn, what, on, rows=rows, bounded=bounded):
                     if not (transaction or local):
                         return await fn(conn)
@@ -354,7 +359,7 @@ class Connections:
                 await conn.close()
             return
         try:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection(timeout=self.timeout_s) as conn:
                 autocommit = conn.autocommit
                 await conn.set_autocommit(True)
                 try:
@@ -372,13 +377,12 @@ class Connections:
         await cancel_all(self.replacing)
         for kept in self.kept.values():
             await kept.close()
-        work, self.work_pool = self.work_pool, None
-        if work is not None:
-            await self._close_pool(work)
-        pool = self.pool
-        if pool is not None and self.owns_pool:
+        pools = [self.work_pool]
+        self.work_pool = None
+        if self.owns_pool:
+            pools.append(self.pool)
             self.pool = None
-            await self._close_pool(pool)
+        await asyncio.gather(*(self._close_pool(pool) for pool in pools if pool is not None))
 
     async def _close_pool(self, pool: AsyncConnectionPool[Any]) -> None:
         """Close one of the store's own pools, also once the loop that opened it is closed
@@ -387,11 +391,11 @@ class Connections:
         idle connections; those are closed here, so `close()` answers alike on every version."""
         opened_on = self.loops.pop(id(pool), None)
         if opened_on is None or not opened_on.is_closed():
-            await pool.close()
+            await pool.close(timeout=CLOSE_S)
             return
         idle = list(getattr(pool, "_pool", ()))  # what close() would have closed
         try:
-            await pool.close()
+            await pool.close(timeout=CLOSE_S)
         except (RuntimeError, asyncio.CancelledError):
             task = asyncio.current_task()
             if task is not None and task.cancelling():

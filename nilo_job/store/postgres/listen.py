@@ -10,9 +10,10 @@ wake first (`_heard`).
 A listener can lose its connection two ways. A closed one (a restart, a terminated backend) is
 noticed at once and opened again after a short pause that doubles up to 5 s. A silent one (a
 half-open TCP connection: a firewall or a NAT that forgot it, a server host that vanished) is
-noticed by a check of its own: after `CHECK_S` seconds without a notification the listener asks
-the server `SELECT 1`, within the store's bound like every call (`Deadline`), so a silent
-connection is replaced within `CHECK_S` seconds and the bound (40 s by default). TCP keepalives
+noticed by a check of its own: once `CHECK_S` seconds have passed without a notification, the
+listener asks the server `SELECT 1`, within the store's bound like every call (`Deadline`), so a
+silent connection is replaced within `CHECK_S` seconds and the bound (40 s by default) of its
+last notification. TCP keepalives
 are on as well. Meanwhile, and whenever the listener is away, the queue's poll still finds every
 row.
 """
@@ -20,7 +21,6 @@ row.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 
 from ..._errors import StoreUnavailable
-from .bounds import ANSWER_MS, Deadline
+from .bounds import Deadline
 from .connections import DOWN, Connections
 
 log = logging.getLogger("nilo_job")
@@ -85,14 +85,11 @@ async def _session(
         psycopg.OperationalError: the connection broke.
         StoreUnavailable: the server did not answer the LISTEN or the check within the bound.
     """
-    seconds = connections.bound_s or ANSWER_MS / 1_000  # (the check is bounded even when
+    seconds = connections.bound_s or connections.answer_s  # (the check is bounded even when
     # the URL lets statements run for ever: it is the listener's only way to find silence)
     at = connections.where
-    count = 0
 
     def tell(note: psycopg.Notify) -> None:
-        nonlocal count
-        count += 1
         wake(due_at(note.payload))
 
     # psycopg calls the handler for what arrives while a statement of its own runs on `conn`
@@ -103,20 +100,17 @@ async def _session(
             await conn.execute(f"LISTEN {CHANNEL}")
         started()
         while True:
-            count = 0
-            await _heard(conn)
-            if count:
-                continue
-            what = f"the listener's check after {CHECK_S:g} s of silence"
+            await _heard(conn, CHECK_S)
+            what = f"the listener's check after {CHECK_S:g} s without a notification"
             with Deadline(conn, what, ON, seconds, at, connections.replace_soon):
                 await conn.execute("SELECT 1")
     finally:
         conn.remove_notify_handler(tell)
 
 
-async def _heard(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Read the notifications `conn` receives for `CHECK_S` seconds, handing each to the
-    connection's notify handlers.
+async def _heard(conn: psycopg.AsyncConnection[Any], quiet_s: float) -> None:
+    """Read the notifications `conn` receives, handing each to the connection's notify
+    handlers, until `quiet_s` seconds pass without one.
 
     Each is read and handed over in the socket's reader callback, as it arrives. psycopg's
     `notifies()` would wake this task first, and only then the task the handler wakes: the
@@ -130,11 +124,14 @@ async def _heard(conn: psycopg.AsyncConnection[Any]) -> None:
     loop = asyncio.get_running_loop()
     pgconn = conn.pgconn
     broken: asyncio.Future[None] = loop.create_future()
+    heard_at = loop.time()
 
     def readable() -> None:
+        nonlocal heard_at
         try:
             pgconn.consume_input()
             while (note := pgconn.notifies()) is not None:
+                heard_at = loop.time()
                 if pgconn.notify_handler is not None:
                     pgconn.notify_handler(note)  # as psycopg's own generators do
         except Exception as error:  # the connection broke (or a handler failed)
@@ -147,9 +144,10 @@ async def _heard(conn: psycopg.AsyncConnection[Any]) -> None:
         loop.add_reader(fd, readable)
         try:
             readable()  # anything already received
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CHECK_S):
-                    await broken
+            while (left := heard_at + quiet_s - loop.time()) > 0:
+                await asyncio.wait({broken}, timeout=left)
+                if broken.done():
+                    broken.result()  # raises what broke it
         finally:
             loop.remove_reader(fd)
 

@@ -21,12 +21,12 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from ..._errors import MOST_MS, Refusal, is_int
+from ..._errors import Refusal, is_int
 from ..._types import Stats
 from .. import _schema
 from .._sql import count_statement, dead_row, find_statement, row_view, unwrap_django
 from ..contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
-from .bounds import ANSWER_MS
+from .bounds import ANSWER_MS, MOST_ANSWER_MS
 from .connections import Connections, where
 from .listen import listen
 from .pooler import check_pool, read_pooler
@@ -64,17 +64,18 @@ class PostgresTable:
             `pooler` and none given, serve does not listen and finds other processes' rows by
             its poll (`poll_ms`).
         answer_ms: how long the server has to answer one call, in milliseconds (default
-            10,000; at least 100). A call not answered in time (a connection a NAT or a
-            firewall forgot, a partition, a server host that stopped) has its connection
+            10,000; from 100 to 86,400,000). A call not answered in time (a connection a NAT
+            or a firewall forgot, a partition, a server host that stopped) has its connection
             closed and raises `StoreUnavailable` naming the call, so no push, claim or end
             waits longer. A call over many rows (`push_many`) gets it once per 10,000 rows;
             migrations get no bound; `statement_timeout` in the URL's `options` makes it that
-            and a second more when longer, or none when 0. Also the default of libpq's
-            `tcp_user_timeout` unless the URL sets it.
+            and a second more when longer, or none when 0. The URL's own `connect_timeout`
+            (else 10 s), `tcp_user_timeout` (else 30 s, or `answer_ms` when longer) and
+            `keepalives*` (else on: 30 s idle, every 10 s, 3 probes) are kept as given.
 
     Raises:
-        Refusal: `target` is neither, or `pooler` / `listen_url` / `answer_ms` cannot be used
-            as given.
+        Refusal: `target` is neither, or `pooler` / `listen_url` / `answer_ms` / the URL's
+            `connect_timeout`, `tcp_user_timeout` or `keepalives*` cannot be used as given.
     """
 
     def __init__(
@@ -86,9 +87,10 @@ class PostgresTable:
         listen_url: str | None = None,
         answer_ms: int = ANSWER_MS,
     ) -> None:
-        if not is_int(answer_ms, 100, MOST_MS):
+        if not is_int(answer_ms, 100, MOST_ANSWER_MS):
             raise Refusal(
-                f"job.Table(..., answer_ms={answer_ms!r}): whole milliseconds, from 100 up"
+                f"job.Table(..., answer_ms={answer_ms!r}): whole milliseconds, from 100 to "
+                f"{MOST_ANSWER_MS:,} (a day)"
             )
         if isinstance(target, str):
             said = read_pooler(target, pooler, listen_url)
@@ -122,6 +124,13 @@ class PostgresTable:
 
     def __repr__(self) -> str:
         return f"job.Table('postgresql://{where(self.conninfo)}')"
+
+    @property
+    def bound_ms(self) -> int:
+        """The longest one call waits for its answer, in milliseconds: `answer_ms`, or the URL's
+        `statement_timeout` and a second when that is longer."""
+        seconds = self._connections.bound_s
+        return self.answer_ms if seconds is None else round(seconds * 1_000)
 
     @property
     def ddl(self) -> str:
