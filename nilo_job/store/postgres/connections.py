@@ -63,7 +63,7 @@ connection to a server that does not answer (psycopg_pool then says it gave up o
 REPLACE_EVERY_S = 1.0
 """The store's idle connections are replaced at most once in this many seconds."""
 
-_WORK = "-c synchronous_commit=off -c enable_bitmapscan=off"  # the workers' sessions
+_WORK = "-c synchronous_commit=off -c enable_bitmapscan=off -c enable_seqscan=off"  # workers
 
 Use = Literal["push", "claim", "end"]
 """What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""

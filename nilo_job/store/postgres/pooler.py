@@ -32,7 +32,7 @@ LISTEN_URL = "nilo_listen_url"
 
 WORK_LOCAL = (
     "SELECT set_config('synchronous_commit', 'off', true), "
-    "set_config('enable_bitmapscan', 'off', true)"
+    "set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
 )
 """The workers' settings for one transaction: what their sessions are given at connect when no
 pooler is in between (a setting of a session would stay on a server connection the pooler lends

@@ -162,12 +162,16 @@ FROM picked WHERE job.id = picked.id
 RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key;
 
 -- name: done
-DELETE FROM nilo_jobs WHERE id = %s AND state = 'running' AND attempts = %s;
+-- A running row is asked for as neither queued nor dead, here and in every end below: the
+-- planner then has the primary key alone to find it by, whereas `state = 'running'` lets a plan
+-- chosen while few rows ran walk the whole lease index (whose second column is the id).
+DELETE FROM nilo_jobs WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
 
 -- name: keep
 -- A done row moved into the history, in one statement.
 WITH gone AS (
-    DELETE FROM nilo_jobs WHERE id = %(id)s AND state = 'running' AND attempts = %(attempts)s
+    DELETE FROM nilo_jobs
+    WHERE id = %(id)s AND state <> 'queued' AND state <> 'dead' AND attempts = %(attempts)s
     RETURNING *
 ), kept AS (
     INSERT INTO nilo_jobs_done (id, kind, payload, unique_key, run_at, pushed_at, started_at,
@@ -181,50 +185,56 @@ WITH gone AS (
 SELECT count(*) FROM gone;
 
 -- name: keep_many
-WITH ends AS (
-    SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::bigint[], %s::bigint[], %b::text[])
-        AS e(id, attempts, started_at, finished_at, result)
-), gone AS (
-    DELETE FROM nilo_jobs AS job USING ends
-    WHERE job.id = ends.id AND job.attempts = ends.attempts AND job.state = 'running'
+-- The ends' rows are found by `id = ANY` on the primary key, the one index this statement
+-- leaves the planner (with the workers' `enable_seqscan = off`, and a running row asked for as
+-- neither queued nor dead: see `done`); each row's own values are at its place in the arrays.
+WITH gone AS (
+    DELETE FROM nilo_jobs AS job
+    WHERE job.id = ANY(%(ids)s::bigint[]) AND job.state <> 'queued' AND job.state <> 'dead'
+      AND job.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], job.id)]
     RETURNING job.id, job.kind, job.payload, job.unique_key, job.run_at, job.pushed_at,
-              coalesce(ends.started_at, job.started_at) AS started_at, ends.finished_at,
-              job.attempts, job.worker, job.error, job.detail, ends.result
+              job.started_at, job.attempts, job.worker, job.error, job.detail,
+              array_position(%(ids)s::bigint[], job.id) AS at
 ), kept AS (
     INSERT INTO nilo_jobs_done (id, kind, payload, unique_key, run_at, pushed_at, started_at,
                                 finished_at, attempts, worker, error, detail, result)
-    SELECT * FROM gone WHERE finished_at IS NOT NULL
+    SELECT id, kind, payload, unique_key, run_at, pushed_at,
+           coalesce((%(started)s::bigint[])[at], started_at), (%(finished)s::bigint[])[at],
+           attempts, worker, error, detail, (%(results)b::text[])[at]
+    FROM gone WHERE (%(finished)s::bigint[])[at] IS NOT NULL
     ON CONFLICT (id) DO NOTHING
 )
 SELECT id FROM gone;
 
 -- name: done_many
+-- As keep_many: by `id = ANY` on the primary key, whatever the planner believes of the table.
 DELETE FROM nilo_jobs AS job
-USING unnest(%s::bigint[], %s::integer[]) AS done(id, attempts)
-WHERE job.id = done.id AND job.attempts = done.attempts AND job.state = 'running'
+WHERE job.id = ANY(%(ids)s::bigint[]) AND job.state <> 'queued' AND job.state <> 'dead'
+  AND job.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], job.id)]
 RETURNING job.id;
 
 -- name: retrying
 UPDATE nilo_jobs
 SET state = 'queued', run_at = %s, lease_until = NULL, error = %s, detail = %s, traceback = %s,
     unique_key = CASE WHEN %s THEN NULL ELSE unique_key END
-WHERE id = %s AND state = 'running' AND attempts = %s;
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
 
 -- name: died
 UPDATE nilo_jobs
 SET state = 'dead', died_at = %s, lease_until = NULL, unique_key = NULL, error = %s, detail = %s,
     traceback = %s
-WHERE id = %s AND state = 'running' AND attempts = %s;
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
 
 -- name: released
 UPDATE nilo_jobs
 SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1, started_at = NULL,
     worker = NULL
-WHERE id = %s AND state = 'running' AND attempts = %s;
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
 
 -- name: release_key
 UPDATE nilo_jobs SET unique_key = NULL
-WHERE id = %s AND state = 'running' AND attempts = %s AND unique_key IS NOT NULL;
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s
+  AND unique_key IS NOT NULL;
 
 -- name: cancel
 DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
@@ -292,8 +302,11 @@ WITH dead AS (
 SELECT id FROM dead UNION ALL SELECT id FROM done;
 
 -- name: prune
-DELETE FROM nilo_jobs_done WHERE id IN (
-    SELECT id FROM nilo_jobs_done WHERE finished_at < %s ORDER BY finished_at, id LIMIT %s);
+-- The oldest done rows by the history's index, then each by its primary key (`id = ANY` of an
+-- array, not `IN` a subquery, which a plan made while the table was small may join by walking
+-- the whole primary key).
+DELETE FROM nilo_jobs_done WHERE id = ANY(ARRAY(
+    SELECT id FROM nilo_jobs_done WHERE finished_at < %s ORDER BY finished_at, id LIMIT %s));
 
 -- name: pause
 INSERT INTO nilo_jobs_paused (kind, paused_at) VALUES (%s, %s) ON CONFLICT (kind) DO NOTHING;

@@ -40,18 +40,21 @@ async def delete_done(cur: psycopg.AsyncCursor[Any], ends: Sequence[Done]) -> li
     if any(end.finished_at is not None for end in ends):
         await cur.execute(
             SQL["keep_many"],
-            (
-                numbers([end.id for end in ends]),
-                numbers([end.attempts for end in ends]),
-                numbers([end.started_at for end in ends]),
-                numbers([end.finished_at for end in ends]),
-                [None if end.result is None else end.result.decode() for end in ends],
-            ),
+            {
+                "ids": numbers([end.id for end in ends]),
+                "attempts": numbers([end.attempts for end in ends]),
+                "started": numbers([end.started_at for end in ends]),
+                "finished": numbers([end.finished_at for end in ends]),
+                "results": [None if end.result is None else end.result.decode() for end in ends],
+            },
         )
     else:
         await cur.execute(
             SQL["done_many"],
-            (numbers([end.id for end in ends]), numbers([end.attempts for end in ends])),
+            {
+                "ids": numbers([end.id for end in ends]),
+                "attempts": numbers([end.attempts for end in ends]),
+            },
         )
     gone = {row[0] for row in await cur.fetchall()}
     return [end.id in gone for end in ends]

@@ -425,7 +425,11 @@ class PostgresTable:
             cur = await conn.execute(SQL["prune"], (before_us, limit))
             return cur.rowcount
 
-        return await self._connections.run(prune, "a prune of done rows", transaction=False)
+        # On the workers' pool: the worker prunes, and its sessions plan without sequential
+        # scans, so the prune's plan walks the history's index however small it was planned.
+        return await self._connections.run(
+            prune, "a prune of done rows", work=True, transaction=False
+        )
 
     async def pause(self, kind: str, at_us: int) -> bool:
         async def pause(conn: psycopg.AsyncConnection[Any]) -> bool:
