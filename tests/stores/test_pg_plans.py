@@ -139,6 +139,19 @@ def _prune(conn: psycopg.Connection[Any]) -> list[object]:
     return [1_000 + GROWN, 500]
 
 
+def _push(conn: psycopg.Connection[Any]) -> list[object]:
+    return ["k", "{}", 5, 5]
+
+
+def _push_row(conn: psycopg.Connection[Any]) -> dict[str, object]:
+    """A schedule's tick, or any push with a unique key."""
+    return {
+        "kind": "k", "payload": "{}", "state": "queued", "run_at": 5, "attempts": 0,
+        "unique_key": "tick", "lease_until": None, "pushed_at": 5, "started_at": None,
+        "worker": None,
+    }  # fmt: skip
+
+
 HOT = {
     "claim": _claim,
     "done_many": _done_many,
@@ -150,6 +163,8 @@ HOT = {
     "released": _released,
     "release_key": _one,
     "prune": _prune,
+    "push": _push,
+    "push_row": _push_row,
 }
 """Each hot statement, and its parameters once the tables have grown."""
 
