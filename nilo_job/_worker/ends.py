@@ -213,18 +213,16 @@ def tell(
     fields = {"kind": kind.name, "row": row.id, "attempt": row.attempts}
     outcome: Outcome = "lost" if not applied else "dropped" if ending.dropped else _outcome(end)
     observers.ended(kind.name, outcome, _error_of(end), seconds)
-    if not applied and retried:
-        log.warning(
-            "%s row %d: this attempt's end was not written now: a try whose answer was lost "
-            "wrote it already, or the lease ran out and another worker took the row",
-            kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
-        )  # fmt: skip
-        return None
     if not applied:
+        why = (
+            "this attempt's end was not written now: a try whose answer was lost wrote it "
+            "already, or the lease ran out and another worker took the row" if retried
+            else "the lease ran out and another worker took the row; this attempt's end was "
+            "not written"
+        )  # fmt: skip
         log.warning(
-            "%s row %d: the lease ran out and another worker took the row; this attempt's "
-            "end was not written",
-            kind.name, row.id, extra={**fields, "error": LeaseLost.__name__},
+            "%s row %d: %s", kind.name, row.id, why,
+            extra={**fields, "error": LeaseLost.__name__},
         )  # fmt: skip
         return None
     if isinstance(end, Retrying | Released):

@@ -32,7 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
 
-from ..._errors import Refusal, StoreUnavailable
+from ..._errors import Refusal, StoreUnavailable, is_int
 
 CONNECT_TIMEOUT_S = 10
 """How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""
@@ -65,13 +65,14 @@ MOST_ANSWER_MS = 86_400_000
 """The longest `answer_ms`: a day."""
 
 _WHOLE = {
-    "connect_timeout": (1, "whole seconds, 1 or more (0, which waits for ever, is refused)"),
-    "tcp_user_timeout": (0, "whole milliseconds, 0 or more"),
-    "keepalives": (0, "1 (on) or 0 (off)"),
-    "keepalives_idle": (0, "whole seconds, 0 or more"),
-    "keepalives_interval": (0, "whole seconds, 0 or more"),
-    "keepalives_count": (0, "a count, 0 or more"),
+    "connect_timeout": (1, None, "whole seconds, 1 or more (0, which waits for ever, is refused)"),
+    "tcp_user_timeout": (0, None, "whole milliseconds, 0 or more"),
+    "keepalives": (0, 1, "1 (on) or 0 (off)"),
+    "keepalives_idle": (0, None, "whole seconds, 0 or more"),
+    "keepalives_interval": (0, None, "whole seconds, 0 or more"),
+    "keepalives_count": (0, None, "a count, 0 or more"),
 }
+"""The URL's TCP settings: the least and most value libpq takes for each, and what it takes."""
 
 
 def with_timeout(conninfo: str, answer_ms: int = ANSWER_MS) -> tuple[str, float]:
@@ -84,12 +85,12 @@ def with_timeout(conninfo: str, answer_ms: int = ANSWER_MS) -> tuple[str, float]
             `connect_timeout=0` (no bound).
     """
     given = conninfo_to_dict(conninfo)
-    for name, (least, what) in _WHOLE.items():
+    for name, (least, most, what) in _WHOLE.items():
         value = given.get(name)
-        if value is not None and not (str(value).isdigit() and int(str(value)) >= least):
+        if value is not None and not (
+            str(value).isdigit() and is_int(int(str(value)), least, most)
+        ):
             raise Refusal(f"{name}={value} in the URL: {what}")
-    if given.get("keepalives") is not None and int(str(given["keepalives"])) > 1:
-        raise Refusal(f"keepalives={given['keepalives']} in the URL: 1 (on) or 0 (off)")
     defaults: dict[str, Any] = {
         name: value for name, value in KEEPALIVES.items() if given.get(name) is None
     }

@@ -13,9 +13,8 @@ half-open TCP connection: a firewall or a NAT that forgot it, a server host that
 noticed by a check of its own: once `CHECK_S` seconds have passed without a notification, the
 listener asks the server `SELECT 1`, within the store's bound like every call (`Deadline`), so a
 silent connection is replaced within `CHECK_S` seconds and the bound (40 s by default) of its
-last notification. TCP keepalives
-are on as well. Meanwhile, and whenever the listener is away, the queue's poll still finds every
-row.
+last notification. TCP keepalives are on as well. Meanwhile, and whenever the listener is away,
+the queue's poll still finds every row.
 """
 
 from __future__ import annotations
