@@ -5,8 +5,9 @@
     python3 dev.py test                 # the whole suite: ruff, mypy --strict, pytest
     python3 dev.py test --all-pythons   # the same, then the suite without PostgreSQL on 3.12, 3.13
 
-Each creates `.venv` beside this file on first use and installs the project into it with its
-`dev` extra, then runs inside it. Arguments after `test` go to pytest.
+Each creates `.venv` beside this file on first use, installs the project into it and runs inside
+it: `demo` installs only what the demo needs (the `demo` extra: the SMTP server), `test` every
+tool the suite uses (the `dev` extra). Arguments after `test` go to pytest.
 
 `--all-pythons` (what CI runs) also creates `.venv-3.12` and `.venv-3.13` with those interpreters
 (`python3.12` on PATH, or pyenv's) and runs there every test that needs no PostgreSQL (`-m "not
@@ -42,25 +43,31 @@ def bin_of(env: Path) -> Path:
     return env / ("Scripts" if os.name == "nt" else "bin")
 
 
-def ensure_venv(env: Path, python: str | None = None) -> Path:
-    """Create `env` (with `python`, or this interpreter) and install `.[dev]` into it, again
+EXTRAS = {"demo": ("demo", "dev"), "dev": ("dev",)}
+"""For each extra `ensure_venv` installs, the extras already installed that hold all it needs."""
+
+
+def ensure_venv(env: Path, python: str | None = None, extra: str = "dev") -> Path:
+    """Create `env` (with `python`, or this interpreter) and install `.[extra]` into it, again
     whenever pyproject.toml changed; return its python."""
     py = bin_of(env) / "python"
     stamp = env / ".nilo-installed"
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text() == wanted and py.exists():
-        return py
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and py.exists():
+        kept = stamp.read_text().split()
+        if len(kept) == 2 and kept[0] == digest and kept[1] in EXTRAS[extra]:
+            return py
     if not py.exists():
         print(f"creating {env.name}", flush=True)
         if python is None:
             venv.EnvBuilder(with_pip=True).create(env)
         else:
             subprocess.run([python, "-m", "venv", str(env)], check=True)
-    print(f"installing nilo-job[dev] into {env.name}", flush=True)
+    print(f"installing nilo-job[{extra}] into {env.name}", flush=True)
     pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
-    stamp.write_text(wanted)
+    subprocess.run([*pip, "-e", f"{ROOT}[{extra}]"], check=True)
+    stamp.write_text(f"{digest} {extra}")
     return py
 
 
@@ -134,9 +141,10 @@ def main(argv: list[str]) -> int:
     if len(argv) < 1 or argv[0] not in {"demo", "test"}:
         print(__doc__)
         return 2
-    py = str(ensure_venv(ROOT / ".venv"))
     if argv[0] == "demo":
+        py = str(ensure_venv(ROOT / ".venv", extra="demo"))
         return run(py, "-m", "demo", *argv[1:])
+    py = str(ensure_venv(ROOT / ".venv"))
     all_pythons = "--all-pythons" in argv[1:]
     pytest_args = [arg for arg in argv[1:] if arg != "--all-pythons"]
     for step in (

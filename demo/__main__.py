@@ -1,4 +1,4 @@
-"""Run the demo: `python -m demo [--dir PATH] [--json] [--timeout S]`.
+"""Run the demo: `python -m demo [--dir PATH] [--fresh] [--json] [--timeout S]`.
 
 1. `demo.db` gets the users of `demo/signups.csv`: each user is inserted and its `SendWelcome`
    pushed with `jobs.push_in` in one transaction, so a user exists with their job or not at all.
@@ -6,7 +6,8 @@
 2. A real SMTP server (aiosmtpd) listens on 127.0.0.1 and stores what it accepts in `demo-mail/`.
 3. A worker process, `nilo-job worker demo.app:jobs --workers 4`, runs until nothing is queued
    or running; a progress line shows the counts meanwhile.
-4. The worker gets SIGTERM, and the summary is printed.
+4. The worker gets SIGTERM, and the summary is printed, with the commands that show the dead
+   rows, the dashboard, and how to start over (`--fresh` removes what an earlier run left).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ CREATE TABLE IF NOT EXISTS users (
 )
 """
 WORKERS = 4
+LEFT = ("demo.db", "demo.db-wal", "demo.db-shm", "demo-worker.log", "demo-mail")
+"""What a run leaves in its folder, removed by `--fresh`."""
 
 
 @dataclass
@@ -232,6 +235,11 @@ async def demo(directory: Path, timeout_s: float, out: TextIO) -> dict[str, Any]
             f"  worker process {worker.pid}: nilo-job worker demo.app:jobs --workers {WORKERS} "
             f"(log: {log_path.name})",
             file=out,
+        )
+        print(
+            "  claimed: rows the worker holds under a lease, running or claimed ahead to run "
+            "next;\n  dead: rows that failed for good this run (a refused address)",
+            file=out,
             flush=True,
         )
         deadline = started + timeout_s
@@ -243,7 +251,8 @@ async def demo(directory: Path, timeout_s: float, out: TextIO) -> dict[str, Any]
             inbox = server.inbox
             progress.show(
                 f"  {time.monotonic() - t1:5.1f} s  delivered {now.welcomed - before.welcomed:4d}"
-                f"  queued {now.queued:4d}  running {now.running}  dead {now.dead - before.dead:2d}"
+                f"  queued {now.queued:4d}  claimed {now.running:2d}"
+                f"  dead {now.dead - before.dead:2d}"
                 f"  smtp tries {inbox.attempts:4d} ({inbox.deferred} × 421)"
             )
             if now.queued == 0 and now.running == 0:
@@ -303,10 +312,48 @@ async def demo(directory: Path, timeout_s: float, out: TextIO) -> dict[str, Any]
 
 def progress_final(now: Counts, before: Counts, problem: str) -> str:
     state = "stopped" if problem else "settled"
+    died = now.dead - before.dead
     return (
         f"  {state}: delivered {now.welcomed - before.welcomed}, queued {now.queued}, "
-        f"running {now.running}, dead {now.dead - before.dead} new"
+        f"claimed {now.running}, {plural(died, 'row')} died this run"
     )
+
+
+def plural(n: int, noun: str) -> str:
+    """`n` and `noun`, in the plural unless `n` is 1: "1 row", "12 rows"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def next_steps(directory: Path, cwd: Path) -> str:
+    """The commands that look at what the run left and start it over, runnable from `cwd`."""
+    here = directory == cwd
+    db = "demo.db" if here else str(directory / "demo.db")
+    url = f"sqlite:///{db}"
+    cli = Path(sys.executable).parent / "nilo-job"
+    with contextlib.suppress(ValueError):
+        cli = cli.relative_to(cwd)
+    env = "" if here else f"NILO_DEMO_DB={db} "
+    fresh = "python3 dev.py demo --fresh" + ("" if here else f" --dir {directory}")
+    return "\n".join(
+        [
+            "",
+            "next",
+            f"  the dead rows   {cli} dead {url}",
+            f"  one row         {cli} show {url} ID",
+            f"  the dashboard   {env}{cli} dashboard demo.app:jobs",
+            f"  start over      {fresh}   (removes {', '.join(LEFT)})",
+        ]
+    )
+
+
+def remove_left(directory: Path) -> None:
+    """Remove what an earlier run left in `directory` (`LEFT`)."""
+    for name in LEFT:
+        path = directory / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,15 +361,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", type=Path, default=Path.cwd(), help="where demo.db and demo-mail/ go"
     )
+    parser.add_argument(
+        "--fresh", action="store_true", help="start over: remove what an earlier run left first"
+    )
     parser.add_argument("--json", action="store_true", help="end with the summary as one JSON line")
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after this many s")
     args = parser.parse_args(argv)
+    directory = args.dir.resolve()
+    if args.fresh:
+        remove_left(directory)
     try:
-        summary = asyncio.run(demo(args.dir.resolve(), args.timeout, sys.stdout))
+        summary = asyncio.run(demo(directory, args.timeout, sys.stdout))
     except KeyboardInterrupt:
         print("\ninterrupted: the worker was stopped; run the demo again to finish", flush=True)
         return 130
     print(human(summary), flush=True)
+    print(next_steps(directory, Path.cwd().resolve()), flush=True)
     if args.json:
         print(json.dumps(summary), flush=True)
     return 0 if summary["settled"] and summary["queued"] == 0 and summary["running"] == 0 else 1

@@ -22,8 +22,11 @@ DEAD_ADDRESSES = 12  # rows of signups.csv the demo's SMTP server refuses for go
 SIGNUPS = 1_000
 
 
-def run_demo(directory: Path | str, *, timeout_s: float = 180.0) -> dict[str, Any]:
-    """`python -m demo --dir directory --json` in a child process; its JSON summary.
+def run_demo(
+    directory: Path | str, *, fresh: bool = False, timeout_s: float = 180.0
+) -> dict[str, Any]:
+    """`python -m demo --dir directory --json` (with `--fresh` if `fresh`) in a child process;
+    its JSON summary, with what it printed before under "printed".
 
     Raises:
         AssertionError: the demo exited non-zero or printed no summary (its output is included).
@@ -32,7 +35,8 @@ def run_demo(directory: Path | str, *, timeout_s: float = 180.0) -> dict[str, An
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
     )}  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "demo", "--dir", str(directory), "--json"],
+        [sys.executable, "-m", "demo", "--dir", str(directory), "--json"]
+        + (["--fresh"] if fresh else []),
         cwd=directory,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -48,6 +52,7 @@ def run_demo(directory: Path | str, *, timeout_s: float = 180.0) -> dict[str, An
             f"\n--- stderr\n{done.stderr}"
         )
     summary: dict[str, Any] = json.loads(lines[-1])
+    summary["printed"] = "\n".join(lines[:-1])
     return summary
 
 
@@ -69,6 +74,11 @@ def check(first: dict[str, Any], second: dict[str, Any]) -> None:
     assert first["attempts"] == good + first["deferred"] + DEAD_ADDRESSES, first
     assert first["stored"] == first["stored_recipients"] == good, first
     assert first["worker_exit"] == 0, first
+    printed = first["printed"]
+    assert "claimed: rows the worker holds under a lease, running or claimed ahead" in printed
+    assert f"settled: delivered {good}, queued 0, claimed 0, 12 rows died this run" in printed
+    for step in ("the dead rows", "one row", "the dashboard", "start over"):
+        assert f"\n  {step} " in printed, printed
     # The second run: nobody new, nothing pushed, nothing sent, nothing stored twice.
     assert second["settled"], second["problem"]
     assert (second["inserted"], second["pushed"]) == (0, 0), second
