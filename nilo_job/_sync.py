@@ -4,11 +4,16 @@ Bridged, not copied: each method hands the async method's coroutine to an event 
 for its answer. The loop is the one `serve()` runs on when this process serves, and otherwise a
 loop of the bridge's own in a daemon thread, started on first use. `push_in` is the exception: it
 writes through the caller's own connection in the caller's thread, so it runs right here.
+
+A script need not call `close`: when the interpreter exits, the bridge's own loop closes the store
+and ends what it still runs, so that nothing is left pending for asyncio to complain of.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -21,6 +26,9 @@ from ._types import Dead, Flow, Found, Row, Stats, Status, Where
 from .store.contract import Store
 
 T = TypeVar("T")
+
+CLOSE_AT_EXIT_S = 5.0
+"""At the interpreter's exit, how long the bridge's own loop is given to close the store (s)."""
 
 
 PushInNow = Callable[[object, object, int | None, int | datetime | None, str | None], int | None]
@@ -114,6 +122,7 @@ class SyncJobs:
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
+                atexit.register(self._close_at_exit)
             return self._loop
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -238,10 +247,25 @@ class SyncJobs:
         loop = self._loop
         if loop is None or loop.is_closed() or self._pid != os.getpid():
             return
+        atexit.unregister(self._close_at_exit)
         asyncio.run_coroutine_threadsafe(self._jobs.store.close(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._loop = self._thread = None
+
+    def _close_at_exit(self) -> None:
+        """At the interpreter's exit: close the store on the bridge's own loop, end the tasks
+        still pending there, and stop it, within `CLOSE_AT_EXIT_S`."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._pid != os.getpid():
+            return
+        ended = asyncio.run_coroutine_threadsafe(_end(self._jobs.store), loop)
+        with contextlib.suppress(Exception):  # a store that fails to close: exit all the same
+            ended.result(timeout=CLOSE_AT_EXIT_S)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=CLOSE_AT_EXIT_S)
         self._loop = self._thread = None
 
     def drain(self) -> int:
@@ -251,6 +275,18 @@ class SyncJobs:
     def drain_at(self, now_us: int) -> int:
         """`Jobs.drain_at`, blocking (for a synchronous test)."""
         return self._call(self._jobs.drain_at(now_us))
+
+
+async def _end(store: Store) -> None:
+    """Close `store`, then cancel and await every other task of this loop."""
+    try:
+        async with asyncio.timeout(CLOSE_AT_EXIT_S):
+            await store.close()
+    finally:
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
 
 def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:

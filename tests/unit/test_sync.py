@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,63 @@ async def test_sync_inside_an_event_loop_is_refused_with_the_async_form_of_that_
         job.Refusal, match=r"jobs\.sync\.stats blocks.*\(await jobs\.stats\(\.\.\.\)\)"
     ):
         jobs.sync.stats()
+
+
+async def create_missing(url: str) -> None:
+    table = job.Table(url)
+    await table.create_missing()
+    await table.close()
+
+
+SCRIPT = """
+import dataclasses
+import sys
+
+import nilo_job as job
+
+
+@dataclasses.dataclass
+class Note:
+    nilo_job = "note"
+    retry = job.Retry.NONE
+
+    n: int
+
+    def run(self) -> None:
+        pass
+
+
+jobs = job.Jobs(store=job.Table(sys.argv[1]), kinds=[Note])
+jobs.sync.push(Note(1))
+if sys.argv[2] == "fails":
+    jobs.sync.push({"n": 2})  # refused: the script ends with that error alone
+print(jobs.sync.stats())
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("ends", ["ok", "fails"])
+def test_a_script_that_never_closes_exits_silently(
+    kind: str, ends: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if kind == "postgres":
+        url = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path}/q.db"
+        asyncio.run(create_missing(url))
+    (tmp_path / "script.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "script.py", url, ends],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if ends == "ok":
+        assert (done.returncode, done.stderr) == (0, "")
+        assert done.stdout == "Stats(queued=1, running=0, dead=0, done=0)\n"
+    else:
+        assert done.returncode == 1
+        assert "Task was destroyed" not in done.stderr
+        assert done.stderr.rstrip().splitlines()[-1].startswith("nilo_job.Refusal: ")
