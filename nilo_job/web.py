@@ -39,8 +39,9 @@ def lifespan(
     At startup it opens the store, creates the `nilo_jobs` table when `create_missing` is set,
     checks the table, and (with `serve`) enters `jobs.serving()`, which seeds the schedules and
     runs the workers on the app's event loop. At shutdown it stops the workers (running rows get
-    `grace_ms` to finish; the rest are queued again, unrun) and closes the store. A startup that
-    fails closes the store again and raises, so the server refuses to start with the reason.
+    `grace_ms` to finish; the rest are queued again, unrun, a sync run's row after its lease)
+    and closes the store. A startup that fails closes the store again and raises, so the server
+    refuses to start with the reason.
 
     Args:
         jobs: the queue. Routes reach it however the app likes (a module global, `app.state`,

@@ -85,10 +85,11 @@ class Ends:
                 await group.idle()  # it shields the write itself
         self.group = None
 
-    async def end(self, ending: Ending) -> None:
+    async def end(self, ending: Ending) -> bool | None:
         """Write `ending`'s end, then tell the observers, the log, serve's wake-ups and the
-        status Space how it went: applied, lost to another worker, or not written (the store
-        stayed unreachable for the whole lease, and the row is taken again after it).
+        status Space how it went: applied (True), lost to another worker (False), or not written
+        (None: the store stayed unreachable for the whole lease, and the row is taken again
+        after it).
 
         Under serve the end goes to the group, which writes it even if this task is cancelled
         meanwhile; it is then told in a background task that `settled()` waits for.
@@ -98,6 +99,7 @@ class Ends:
         """
         applied, retried = await self._write(ending)
         await self._tell(ending, applied, retried)
+        return applied
 
     async def _tell(self, ending: Ending, applied: bool | None, retried: bool = False) -> None:
         status = tell(self.observers, self.wakeups, ending, applied, retried)

@@ -80,6 +80,9 @@ class Runner:
         self.observers = parts.observers
         # Rows this process holds, by id, until their execution (thread included) has ended.
         self.busy: dict[int, Execution] = {}
+        # Runs cut short by serve's stop, by row id: the write that gives the row back (its
+        # answer: applied, lost, not written), or None for a sync run whose thread goes on.
+        self.stopped: dict[int, asyncio.Future[bool | None] | None] = {}
         self.progress_of: dict[int, int] = {}
         self.run_s: float | None = None  # recent seconds per run (a moving average)
 
@@ -184,11 +187,14 @@ class Runner:
                 # The worker is shutting down past its grace: give the row back unrun.
                 given_back = Released(row.id, row.attempts, clock())
                 ending = Ending(kind, row, given_back, time.monotonic() - began)
-                await asyncio.shield(self.ends.end(self._with_progress(ending)))
+                writing = asyncio.ensure_future(self.ends.end(self._with_progress(ending)))
+                self.stopped[row.id] = writing
+                await asyncio.shield(writing)
                 raise
             else:
                 # A thread cannot be stopped: the row stays running under its lease, so that
                 # nobody starts it again while the thread may still be at it.
+                self.stopped[row.id] = None
                 raise
         except KeyboardInterrupt as interrupt:
             # The run's own doing, or (async) a second Ctrl-C of this process: either way the

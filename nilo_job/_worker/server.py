@@ -120,7 +120,7 @@ class Server:
             helpers.append(asyncio.create_task(self.pruner.run()))
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(
-            "serving %s with %d workers%s", ", ".join(self.names), self.workers,
+            "serving %s with %s%s", ", ".join(self.names), _count(self.workers, "worker"),
             f" ({', '.join(paused)} paused)" if paused else "",
         )  # fmt: skip
         try:
@@ -332,14 +332,7 @@ class Server:
                 await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:
             interrupted = True
-        late = set(feed.tasks)
-        if late:
-            log.warning(
-                "cancelled %s past the grace period, giving their rows back to the queue (a "
-                "sync run's row stays running until its lease ends: its thread cannot be "
-                "stopped; a row the store cannot take back now runs again after its lease)",
-                _count(len(late), "run"),
-            )
+        late = dict(feed.tasks)  # task: row id
         await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
         await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
@@ -356,6 +349,8 @@ class Server:
                 await cancel_and_wait([claims])
         await self.ends.stop_grouping()
         await self.ends.settled()  # the observers and status of ends written just now
+        if late:
+            _say_cut_short(sorted(late.values()), self.runner.stopped, grace_ms)
         if interrupted:
             raise asyncio.CancelledError
 
@@ -404,6 +399,52 @@ class Outage:
                 "claiming again: the store answered after %.1f s", time.monotonic() - self.since
             )
             self.since, self.past_lease = None, False
+
+
+def _say_cut_short(
+    row_ids: Sequence[int], stopped: dict[int, asyncio.Future[bool | None] | None], grace_ms: int
+) -> None:
+    """Log, in one WARNING, what became of the rows whose runs the stop cut short: queued again,
+    taken already by another worker, not written (left to their lease), or left running under
+    their lease (a sync run, whose thread cannot be stopped)."""
+    fates: dict[str, list[int]] = {}
+    for row_id in row_ids:
+        fate = "unwritten"  # a run cut short before it could say: its row keeps its lease
+        if row_id in stopped:
+            writing = stopped.pop(row_id)
+            if writing is None:
+                fate = "held"
+            elif writing.done() and not writing.cancelled() and writing.exception() is None:
+                answer = writing.result()
+                fate = "queued" if answer else "lost" if answer is False else "unwritten"
+        fates.setdefault(fate, []).append(row_id)
+    said = {
+        "queued": ("is queued again", "are queued again"),
+        "lost": (
+            "had been taken by another worker already (its lease ran out)",
+            "had been taken by other workers already (their leases ran out)",
+        ),
+        "unwritten": (
+            "could not be given back (the store did not answer) and runs again after its lease",
+            "could not be given back (the store did not answer) and run again after their lease",
+        ),
+        "held": (
+            "stays running until its lease ends, then runs again: a sync run's thread cannot "
+            "be stopped",
+            "stay running until their lease ends, then run again: a sync run's thread cannot "
+            "be stopped",
+        ),
+    }
+    parts = []
+    for fate, (one, many) in said.items():
+        ids = fates.get(fate, [])
+        if ids:
+            shown = ", ".join(map(str, ids[:20])) + (", …" if len(ids) > 20 else "")
+            parts.append(f"row {shown} {one}" if len(ids) == 1 else f"rows {shown} {many}")
+    log.warning(
+        "cancelled %s past the grace period (%d ms): %s",
+        _count(len(row_ids), "run"), grace_ms, "; ".join(parts),
+    )  # fmt: skip
 
 
 def _count(n: int, noun: str) -> str:

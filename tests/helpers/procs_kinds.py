@@ -81,6 +81,22 @@ class Hang:
 
 
 @dataclass
+class HangInThread:
+    """Hang's sync twin: its run holds a thread of the worker process (NILO_TEST_HANG=1)."""
+
+    nilo_job = "hang-in-thread"
+    retry = job.Retry(times=3)
+
+    n: int
+
+    def run(self, tick: job.Tick) -> None:
+        (OUT / f"started-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
+        if os.environ.get("NILO_TEST_HANG") == "1":
+            time.sleep(3_600)  # a daemon thread: the process exits without it
+        (OUT / f"finished-{tick.id}-{tick.attempts}").write_text(str(os.getpid()))
+
+
+@dataclass
 class Brief:
     """Takes a little while in a worker process, so a SIGTERM lands while it runs."""
 
@@ -144,7 +160,7 @@ def met(out: Path) -> dict[int, int]:
 
 
 jobs = job.Jobs(
-    kinds=[Record, Work, Stamp, Hang, Brief, Meet, Gate],
+    kinds=[Record, Work, Stamp, Hang, HangInThread, Brief, Meet, Gate],
     store=job.Table(STORE, **({} if ANSWER_MS is None else {"answer_ms": int(ANSWER_MS)})),
     poll_ms=POLL_MS,
     timeout_ms=TIMEOUT_MS,

@@ -193,3 +193,34 @@ async def test_past_the_grace_period_a_running_row_is_queued_again_unrun(
     assert await queue.stats() == (1, 0, 0)
     assert await queue.drain() == 1
     assert (tmp_path / f"finished-{row}-1").exists()
+    assert f"cancelled 1 run past the grace period (100 ms): row {row} is queued again\n" in output
+
+
+async def test_past_the_grace_period_the_log_says_a_sync_runs_row_stays_running(
+    env: dict[str, str], queue: job.Jobs, tmp_path: Path
+) -> None:
+    from tests.helpers import procs_kinds
+
+    proc = start_worker(env, "--grace-ms", "100", "--workers", "3", hang=True)
+    try:
+        rows = [
+            await queue.push(procs_kinds.Hang(n=1)),
+            await queue.push(procs_kinds.HangInThread(n=2)),
+            await queue.push(procs_kinds.HangInThread(n=3)),
+        ]
+        for row in rows:
+            await until(
+                "the runs to start", lambda row=row: (tmp_path / f"started-{row}-1").exists()
+            )
+    finally:
+        code, output = stop(proc)
+    assert code == 0, output
+    a, b, c = rows
+    assert (
+        f"cancelled 3 runs past the grace period (100 ms): row {a} is queued again; rows {b}, {c} "
+        "stay running until their lease ends, then run again: a sync run's thread cannot be "
+        "stopped\n"
+    ) in output
+    assert await queue.stats() == (1, 2, 0)
+    held = [await queue.row(b), await queue.row(c)]
+    assert [(r.state, r.attempts) for r in held if r is not None] == [("running", 1)] * 2

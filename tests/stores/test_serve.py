@@ -562,3 +562,14 @@ async def test_a_drain_at_while_serving_runs_every_attempt(store: Store, t: int)
             assert await jobs.drain_at(t + 3_600_000_000) == 3
     assert _ran == [1, 2, 3]
     assert await jobs.stats() == (0, 0, 0)
+
+
+@pytest.mark.parametrize(("workers", "said"), [(1, "1 worker"), (2, "2 workers")])
+async def test_serve_says_how_many_workers_it_runs_in_english(
+    workers: int, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = job.Jobs(kinds=[Counted], store=job.Memory(), workers=workers)
+    with caplog.at_level("INFO", logger="nilo_job"):
+        async with jobs.serving():
+            pass
+    assert f"serving counted with {said}" in caplog.messages
