@@ -60,7 +60,7 @@ def migrate(target: str, as_json: bool) -> None:
         await found.store.check()
         return repr(found.store)
 
-    where = run_on(open_target(target, create=True), create, check=False)
+    where = run_on(open_target(target), create, check=False)
     if as_json:
         print_json({"table": "nilo_jobs", "store": where, "ready": True})
     else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 import click
@@ -110,33 +109,22 @@ def _check_name(kind: str) -> None:
         raise Refusal(f"{kind!r} cannot be a kind's name: {problem or 'it is empty'}")
 
 
-def open_target(target: str, *, create: bool = False) -> Target:
+def open_target(target: str) -> Target:
     """The queue or table that TARGET names: a database URL (with `://`) or `module:attr`.
+
+    Nothing is opened yet: a SQLite file that does not exist is said by the first call (only
+    `migrate` creates it), however the queue was named.
 
     Args:
         target: `sqlite:///app.db`, `postgresql://user@host/db`, or `module:attr`.
-        create: a SQLite file that does not exist may be created (`migrate`); otherwise it is
-            an error, so that a mistyped path is said rather than made into an empty database.
 
     Raises:
-        click.ClickException: the URL is not a database nilo-job can use, the SQLite file is
-            missing, or `module:attr` does not name a queue (see `load`).
+        click.ClickException: the URL is not a database nilo-job can use, or `module:attr` does
+            not name a queue (see `load`).
     """
     if "://" not in target:
         jobs = load(target)
         return Target(jobs.store, jobs)
-    if target.startswith("sqlite:") and not create:
-        from ..store.sqlite.store import path_from_url
-
-        try:
-            path = path_from_url(target)
-        except Refusal as refusal:
-            raise click.ClickException(str(refusal)) from None
-        if not Path(path).is_file():
-            raise click.ClickException(
-                f"there is no SQLite database at {path}: check the path (sqlite:///relative.db, "
-                "sqlite:////absolute.db), or create it with `nilo-job migrate`"
-            )
     try:
         return Target(Table(target), None)
     except Refusal as refusal:

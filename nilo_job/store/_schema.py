@@ -76,8 +76,17 @@ def steps_from(columns: set[str], recorded: Recorded, where: str) -> list[str] |
 def no_table(where: str, target: str) -> StoreUnavailable:
     """The error for a database without the table."""
     return StoreUnavailable(
-        f"there is no nilo_jobs table in {where}: run `nilo-job migrate {target}` (or call "
-        "await table.create_missing()) before serving"
+        f"there is no nilo_jobs table in {where}: create it with `nilo-job migrate {target}` "
+        "(or await table.create_missing())"
+    )
+
+
+def no_file(path: str, target: str) -> StoreUnavailable:
+    """The error for a SQLite file that does not exist (it is not created but by a migration)."""
+    return StoreUnavailable(
+        f"there is no SQLite database at {path}: check the path (sqlite:///relative.db, "
+        f"sqlite:////absolute.db), or create it and its table with `nilo-job migrate {target}` "
+        "(or await table.create_missing())"
     )
 
 

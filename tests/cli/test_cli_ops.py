@@ -162,8 +162,8 @@ def test_a_mistyped_sqlite_path_is_said_and_no_file_is_made(tmp_path: Path) -> N
         assert done.exit_code == 1
         assert done.stderr == (
             f"Error: there is no SQLite database at {typo}: check the path "
-            "(sqlite:///relative.db, sqlite:////absolute.db), or create it with "
-            "`nilo-job migrate`\n"
+            "(sqlite:///relative.db, sqlite:////absolute.db), or create it and its table with "
+            f"`nilo-job migrate sqlite:///{typo}` (or await table.create_missing())\n"
         )
     assert not typo.exists()
 
@@ -214,6 +214,65 @@ def test_a_sqlite_file_without_the_table_is_said(tmp_path: Path) -> None:
     done = nilo_job("dead", f"sqlite:///{empty}")
     assert done.exit_code == 1
     assert done.stderr == (
-        f"Error: there is no nilo_jobs table in {empty}: run `nilo-job migrate "
-        f"sqlite:///{empty}` (or call await table.create_missing()) before serving\n"
+        f"Error: there is no nilo_jobs table in {empty}: create it with `nilo-job migrate "
+        f"sqlite:///{empty}` (or await table.create_missing())\n"
     )
+
+
+SHOP = """
+import dataclasses
+
+import nilo_job as job
+
+
+@dataclasses.dataclass
+class ChargeCard:
+    nilo_job = "charge-card"
+    retry = job.Retry.NONE
+
+    amount: int
+
+    async def run(self) -> None:
+        pass
+
+
+jobs = job.Jobs(kinds=[ChargeCard], store=job.Table("sqlite:///shop.db"))
+"""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats"],
+        ["dead"],
+        ["list"],
+        ["show", "1"],
+        ["retry", "1"],
+        ["cancel", "1"],
+        ["delete", "1"],
+        ["pause", "charge-card"],
+        ["resume", "charge-card"],
+        ["worker"],
+    ],
+)
+def test_a_queue_on_a_missing_sqlite_file_is_said_and_no_file_is_made(
+    command: list[str], tmp_path: Path
+) -> None:
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").touch()
+    (tmp_path / "shop" / "jobs.py").write_text(SHOP)
+    done = subprocess.run(
+        [str(NILO_JOB), command[0], "shop.jobs:jobs", *command[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "Error: there is no SQLite database at shop.db: check the path (sqlite:///relative.db, "
+        "sqlite:////absolute.db), or create it and its table with `nilo-job migrate "
+        "sqlite:///shop.db` (or await table.create_missing())"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shop"]

@@ -212,6 +212,7 @@ async def test_past_the_grace_period_a_running_row_is_queued_again_unrun(db: Pat
 
 
 async def test_without_create_missing_a_missing_table_stops_the_app_starting(db: Path) -> None:
+    sqlite3.connect(db).close()  # the application's database, without the queue's table
     jobs = make_jobs(db)
     with pytest.raises(job.StoreUnavailable, match="there is no nilo_jobs table in") as raised:
         async with lifespan(jobs)(object()):

@@ -322,6 +322,7 @@ async def test_sqlite_create_missing_is_idempotent_and_rows_outlive_the_connecti
 
 
 async def test_sqlite_check_without_the_table_says_to_create_it(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").touch()  # a database, without the table
     store = job.Table(f"sqlite:///{tmp_path}/empty.db")
     try:
         with pytest.raises(job.StoreUnavailable, match="no nilo_jobs table") as caught:

@@ -302,3 +302,23 @@ def test_an_hourly_cron_runs_every_real_hour_across_the_autumn_change(
         days = (tick.date() - datetime(2026, 11, 1).date()).days
         seen.append(tick.strftime("%H:%M") + (f"+{days}" if days else ""))
     assert seen == expected
+
+
+async def test_a_sqlite_file_is_created_by_create_missing_alone(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    table = job.Table(f"sqlite:///{path}")
+    jobs = job.Jobs(kinds=[Stuck], store=table)
+    said = (
+        f"there is no SQLite database at {path}: check the path (sqlite:///relative.db, "
+        "sqlite:////absolute.db), or create it and its table with `nilo-job migrate "
+        f"sqlite:///{path}` (or await table.create_missing())"
+    )
+    for call in (jobs.stats, table.check, lambda: jobs.push(Stuck()), jobs.dead_ones):
+        with pytest.raises(job.StoreUnavailable) as raised:
+            await call()
+        assert str(raised.value) == said
+    assert not path.exists()
+    await table.create_missing()
+    assert await jobs.push(Stuck()) == 1
+    assert await jobs.stats() == (1, 0, 0)
+    await table.close()

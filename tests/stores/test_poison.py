@@ -394,7 +394,7 @@ async def test_a_database_without_the_table_says_so_alike_on_every_table(
                 with pytest.raises(job.StoreUnavailable) as missing:
                     await call()
                 assert str(missing.value).startswith("there is no nilo_jobs table in "), url
-                assert "run `nilo-job migrate " in str(missing.value)
+                assert "create it with `nilo-job migrate " in str(missing.value)
         finally:
             await table.close()
 

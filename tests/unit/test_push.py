@@ -730,9 +730,9 @@ async def test_a_push_to_a_table_never_created_is_store_unavailable(tmp_path: Pa
     table = job.Table(f"sqlite:///{tmp_path}/fresh.db")
     try:
         jobs = queue(table)
-        with pytest.raises(job.StoreUnavailable, match="nilo_jobs"):
+        with pytest.raises(job.StoreUnavailable, match="there is no SQLite database at "):
             await jobs.push(Note())
-        conn = sqlite3.connect(tmp_path / "fresh.db")
+        conn = sqlite3.connect(tmp_path / "fresh.db")  # the file, without the table
         try:
             with pytest.raises(job.StoreUnavailable, match="create_missing"):
                 await jobs.push_in(conn, Note())

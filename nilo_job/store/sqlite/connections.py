@@ -13,7 +13,8 @@ instead of failing half-way, and a `database is locked` that still gets through 
 for up to the busy timeout. Text is read with `surrogateescape`, so a row another program
 wrote with bytes that are not UTF-8 is read (and said to be unreadable by the store's readers)
 rather than failing the whole statement. After a fork, the parent's thread and connections are
-left alone.
+left alone. The file is opened, never created, except by `create_missing` (`may_create`): a
+mistyped path is said, not made into an empty database.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Connections:
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous
         self.target = target
+        self.may_create = False  # whether opening may create the file (create_missing)
         self._conn: sqlite3.Connection | None = None
         self._work_conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -154,6 +156,8 @@ class Connections:
     def _connect(self, synchronous: str, *, here: bool = False) -> sqlite3.Connection:
         """A connection with the store's settings; `here`: for `here`, with no busy timeout and
         no `journal_mode` to set (the thread's connection set WAL, which the file keeps)."""
+        if self.path != ":memory:" and not self.may_create and not os.path.isfile(self.path):
+            raise _schema.no_file(self.path, self.target)
         try:
             conn = sqlite3.connect(
                 self.path,

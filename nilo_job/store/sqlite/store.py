@@ -11,6 +11,7 @@ a lost race is a wait, never a "database is locked" for you.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -110,7 +111,10 @@ class SqliteTable:
         return SQL["create"]
 
     async def open(self) -> None:
-        await self._db.call(lambda conn: None)
+        """Open the file's connection; a file that does not exist is left to the first call to
+        say (or to `create_missing` to create)."""
+        if self.path == ":memory:" or await asyncio.to_thread(os.path.isfile, self.path):
+            await self._db.call(lambda conn: None)
 
     async def close(self) -> None:
         await self._db.close()
@@ -154,6 +158,7 @@ class SqliteTable:
             conn.execute(SQL["forget_version"])
             conn.execute(SQL["set_version"], (_schema.VERSION, _schema.COMPATIBLE_FROM))
 
+        self._db.may_create = True
         await self._db.call(lambda conn: self._db.write(conn, create))
 
     async def check(self) -> None:
