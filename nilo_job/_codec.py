@@ -29,6 +29,34 @@ from ._errors import BadPayload, Refusal
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 
+def _unwritable(value: object, path: str) -> tuple[str, object] | None:
+    """Where in `value` (named `path`) the first part that msgspec cannot write is, and that
+    part: `("Note.items[1]", <object>)`; None when every part writes on its own."""
+    parts: list[tuple[str, object]]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        parts = [(f"{path}.{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value)]
+    elif isinstance(value, msgspec.Struct):
+        parts = [(f"{path}.{name}", getattr(value, name)) for name in value.__struct_fields__]
+    elif isinstance(value, Mapping):
+        parts = [(f"{path}[{key!r}]", key) for key in value]
+        parts += [(f"{path}[{key!r}]", item) for key, item in value.items()]
+    elif isinstance(value, list | tuple | set | frozenset):
+        parts = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+    else:
+        return path, value
+    for where, part in parts:
+        try:
+            msgspec.json.encode(part)
+        except Exception:
+            return _unwritable(part, where)
+    return None
+
+
+def _a(noun: str) -> str:
+    """`noun` with its indefinite article: "an object", "a set"."""
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
 class Codec:
     """Encodes and decodes the payload of one kind's class `cls`.
 
@@ -73,8 +101,16 @@ class Codec:
         except RecursionError:
             raise Refusal(_too_deep(name, None)) from None
         except Exception as error:  # whatever a field's value does when it is written
+            found = None if self.model else _unwritable(value, name)
+            if found is None:
+                raise Refusal(
+                    f"{name} cannot be written as JSON: {error}; nothing was pushed"
+                ) from None
+            path, bad = found
             raise Refusal(
-                f"{name} cannot be written as JSON: {error}; nothing was pushed"
+                f"{path} holds {_a(type(bad).__name__)}, which cannot be written as JSON "
+                f"({error}): give it a value JSON can carry (text, numbers, lists, dicts, or a "
+                "dataclass of them), or convert it first; nothing was pushed"
             ) from None
         if data.count(b"[") + data.count(b"{") > MAX_DEPTH and (depth := _depth(data)) > MAX_DEPTH:
             raise Refusal(_too_deep(name, depth))

@@ -55,11 +55,7 @@ class Producer:
         """
         kind = self.kinds.get(type(value))
         if kind is None:
-            known = ", ".join(cls.__name__ for cls in self.kinds)
-            raise Refusal(
-                f"{type(value).__name__} is not a kind of this queue ({known}): add it to "
-                "job.Jobs(kinds=[...])"
-            )
+            raise Refusal(not_a_kind(value, list(self.kinds)))
         if after_ms is not None and at is not None:
             raise Refusal("push takes after_ms or at, not both: one says when the row is due")
         now = self.clock.now()
@@ -197,3 +193,27 @@ class Producer:
             answers: list[int | None] = push_in_now(tx, [row])
             self.observers.pushed([row], answers)
         return answers[0]
+
+
+def not_a_kind(value: object, kinds: list[type]) -> str:
+    """Why `value` cannot be pushed to a queue of `kinds`, in a sentence that says what to push."""
+    known = ", ".join(cls.__name__ for cls in kinds)
+    first = kinds[0].__name__ if kinds else "YourKind"
+    if isinstance(value, type):
+        if value in kinds:
+            return (
+                f"push takes a {value.__name__} value, not the class itself: "
+                f"push({value.__name__}(...)) with its fields"
+            )
+        return (
+            f"push takes a value of one of this queue's kinds ({known}), not the class "
+            f"{value.__name__}"
+        )
+    name = type(value).__name__
+    if type(value).__module__ == "builtins":
+        article = "an" if name[:1] in "aeiou" else "a"
+        return (
+            f"push takes a value of one of this queue's kinds ({known}), not {article} {name}: "
+            f"build it first, like push({first}(...)) with its fields"
+        )
+    return f"{name} is not a kind of this queue ({known}): add it to job.Jobs(kinds=[...])"

@@ -45,14 +45,16 @@ def main() -> None:
     """nilo-job: run and inspect a job queue."""
 
 
-@click.command(epilog=TARGET_HELP, short_help="Create the nilo_jobs table where it is missing.")
+@click.command(epilog=TARGET_HELP, short_help="Create the nilo_jobs table, or upgrade it in place.")
 @click.argument("target")
 @JSON_OPTION
 def migrate(target: str, as_json: bool) -> None:
-    """Create the nilo_jobs table and its indexes where they are missing, then check it.
+    """Create the nilo_jobs table and its indexes where they are missing, or upgrade a table
+    made by an older nilo-job in place, keeping every row; then check it.
 
-    Idempotent, and safe to run from several deploys at once. A SQLite file is created if
-    missing.
+    Idempotent, and safe to run from several deploys at once; workers of the older version
+    keep working on an upgraded table. A SQLite file is created if missing (the only command
+    that creates one).
     """
 
     async def create(found: Target) -> str:

@@ -53,6 +53,12 @@ def load(target: str, *, command: str | None = None) -> Jobs:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise click.ClickException(f"{target!r}: write module:attr, like myapp.jobs:jobs")
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        dotted = module_name.removesuffix(".py").replace("\\", "/").strip("/").replace("/", ".")
+        raise click.ClickException(
+            f"{module_name} is a file's path; name its module with dots instead, run from the "
+            f"folder that holds it: {dotted}:{attr}"
+        )
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -71,8 +77,16 @@ def load(target: str, *, command: str | None = None) -> Jobs:
         if not hasattr(value, part):
             raise click.ClickException(f"{module_name} has no attribute {attr}")
         value = getattr(value, part)
+    if inspect.isclass(value):
+        raise click.ClickException(f"{target} is a class, not a job.Jobs{_queues_in(module)}")
     called = callable(value) and not isinstance(value, Jobs)
     if called:
+        needs = _required_parameters(value)
+        if needs:
+            raise click.ClickException(
+                f"{target} takes {', '.join(needs)}; nilo-job calls a factory with no "
+                "arguments: name the job.Jobs itself, or a function of none that returns it"
+            )
         try:
             value = value()
         except Refusal as refusal:
@@ -89,8 +103,33 @@ def load(target: str, *, command: str | None = None) -> Jobs:
         )
     if not isinstance(value, Jobs):
         what = f"calling {target} returned" if called else f"{target} is"
-        raise click.ClickException(f"{what} {_a(type(value).__name__)}, not a job.Jobs")
+        raise click.ClickException(
+            f"{what} {_a(type(value).__name__)}, not a job.Jobs{_queues_in(module)}"
+        )
     return value
+
+
+def _queues_in(module: object) -> str:
+    """The end of a sentence naming the queues `module` holds: ": the queue in m is m:jobs"."""
+    name = getattr(module, "__name__", "?")
+    found = [attr for attr, value in vars(module).items() if isinstance(value, Jobs)]
+    if not found:
+        return ": name your job.Jobs (or a function returning one), like myapp.jobs:jobs"
+    named = " or ".join(f"{name}:{attr}" for attr in found[:3])
+    return f": the queue in {name} is {named}"
+
+
+def _required_parameters(fn: object) -> list[str]:
+    """The names of `fn`'s parameters that have no default (none when it has no signature)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in parameters
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def _a(noun: str) -> str:

@@ -237,6 +237,10 @@ class ChargeCard:
 
 
 jobs = job.Jobs(kinds=[ChargeCard], store=job.Table("sqlite:///shop.db"))
+
+
+def make(url: str) -> job.Jobs:
+    return job.Jobs(kinds=[ChargeCard], store=job.Table(url))
 """
 
 
@@ -276,3 +280,61 @@ def test_a_queue_on_a_missing_sqlite_file_is_said_and_no_file_is_made(
         "sqlite:///shop.db` (or await table.create_missing())"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shop"]
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        (
+            "shop.jobs:ChargeCard",
+            "shop.jobs:ChargeCard is a class, not a job.Jobs: the queue in shop.jobs is "
+            "shop.jobs:jobs",
+        ),
+        (
+            "shop/jobs.py:jobs",
+            "shop/jobs.py is a file's path; name its module with dots instead, run from the "
+            "folder that holds it: shop.jobs:jobs",
+        ),
+        (
+            "shop/jobs:jobs",
+            "shop/jobs is a file's path; name its module with dots instead, run from the "
+            "folder that holds it: shop.jobs:jobs",
+        ),
+        (
+            "shop.jobs:make",
+            "shop.jobs:make takes url; nilo-job calls a factory with no arguments: name the "
+            "job.Jobs itself, or a function of none that returns it",
+        ),
+        (
+            "shop.jobs:dataclasses",
+            "shop.jobs:dataclasses is a module, not a job.Jobs: the queue in shop.jobs is "
+            "shop.jobs:jobs",
+        ),
+    ],
+)
+def test_a_target_that_is_not_a_queue_is_said_with_what_was_meant(
+    target: str, said: str, tmp_path: Path
+) -> None:
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").touch()
+    (tmp_path / "shop" / "jobs.py").write_text(SHOP)
+    done = subprocess.run(
+        [str(NILO_JOB), "stats", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (1, f"Error: {said}\n")
+
+
+def test_migrate_says_it_upgrades_too() -> None:
+    done = nilo_job("migrate", "--help")
+    assert done.exit_code == 0
+    assert " ".join(done.stdout.split()).startswith(
+        "Usage: main migrate [OPTIONS] TARGET Create the nilo_jobs table and its indexes "
+        "where they are missing, or upgrade a table made by an older nilo-job in place, keeping "
+        "every row; then check it."
+    )
+    assert "Create the nilo_jobs table, or upgrade it in place." in nilo_job("--help").stdout

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -478,8 +478,56 @@ async def test_a_value_of_a_class_that_is_not_a_kind_is_refused(store: Store) ->
     jobs = queue(store)
     with pytest.raises(job.Refusal, match="Other is not a kind of this queue"):
         await jobs.push(Other())
-    with pytest.raises(job.Refusal, match="dict"):
+    with pytest.raises(job.Refusal) as caught:
         await jobs.push({"text": "hi"})
+    assert str(caught.value) == (
+        "push takes a value of one of this queue's kinds (Note), not a dict: build it first, "
+        "like push(Note(...)) with its fields"
+    )
+    with pytest.raises(job.Refusal) as caught:
+        await jobs.push(Note)
+    assert str(caught.value) == (
+        "push takes a Note value, not the class itself: push(Note(...)) with its fields"
+    )
+    with pytest.raises(job.Refusal) as caught:
+        await jobs.push_many([Note(text="a"), {"text": "b"}])
+    assert "not a dict" in str(caught.value)
+    assert await jobs.stats() == (0, 0, 0)
+
+
+@dataclass
+class Loose:
+    nilo_job = "loose"
+    retry = job.Retry.NONE
+
+    extra: Any
+    items: list[Any]
+    by_name: dict[str, Any]
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        (Loose(object(), [], {}), "Loose.extra holds an object"),
+        (Loose(1, [1, 2, object()], {}), "Loose.items[2] holds an object"),
+        (Loose(1, [], {"a": [1, {"b": object()}]}), "Loose.by_name['a'][1]['b'] holds an object"),
+        (Loose(1, [], {"a": Path("/x")}), "Loose.by_name['a'] holds a PosixPath"),
+    ],
+)
+async def test_a_value_json_cannot_write_is_refused_naming_where_it_is(
+    store: Store, value: Loose, path: str
+) -> None:
+    jobs = queue(store, Loose)
+    with pytest.raises(job.Refusal) as caught:
+        await jobs.push(value)
+    assert str(caught.value).startswith(f"{path}, which cannot be written as JSON (")
+    assert str(caught.value).endswith(
+        "): give it a value JSON can carry (text, numbers, lists, dicts, or a dataclass of "
+        "them), or convert it first; nothing was pushed"
+    )
     assert await jobs.stats() == (0, 0, 0)
 
 
