@@ -19,6 +19,7 @@ import click
 
 from .._errors import Refusal
 from .._jobs import Jobs
+from ._log import print_once
 
 
 class Refused(click.ClickException):
@@ -106,6 +107,7 @@ def load(target: str, *, command: str | None = None) -> Jobs:
         raise click.ClickException(
             f"{what} {_a(type(value).__name__)}, not a job.Jobs{_queues_in(module)}"
         )
+    print_once()  # the module may have set up logging of its own (Django does)
     return value
 
 

@@ -77,6 +77,35 @@ def configure(level: str | None, style: str | None) -> None:
     root.setLevel((level or "INFO").upper())
 
 
+def print_once() -> None:
+    """When this module's handler is on the root logger, take off every other handler that
+    writes to the terminal (stderr or stdout) from a logger whose records reach the root too:
+    each record is then printed once, in the command's format. Django's default logging (with
+    `DEBUG = True`) puts such a handler on `django`, set up as the command imports the queue."""
+    root = logging.getLogger()
+    if not any(isinstance(handler, _Ours) for handler in root.handlers):
+        return
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if not isinstance(logger, logging.Logger) or not _reaches_root(logger):
+            continue
+        for handler in list(logger.handlers):
+            if (
+                type(handler) is logging.StreamHandler
+                and getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
+            ):
+                logger.removeHandler(handler)
+
+
+def _reaches_root(logger: logging.Logger) -> bool:
+    """Whether `logger`'s records go on to the root logger's handlers."""
+    current: logging.Logger | None = logger
+    while current is not None and current.parent is not None:
+        if not current.propagate:
+            return False
+        current = current.parent
+    return True
+
+
 def _given(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     settings: dict[str, str] = ctx.find_root().meta.setdefault(_KEY, {})
     if value is not None and param.name is not None:

@@ -11,10 +11,13 @@ says, and imports nothing of Django's; the 3.12 run covers it. On 3.12 a Django 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,60 @@ def test_check_lists_a_kind_per_queue_and_the_lease_from_timeout_ms(tmp_path: Pa
         "ok: 4 kinds (django:default:default, django:default:default:async, "
         "django:default:reports, django:default:reports:async), lease 31000 ms\n"
     )
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_with_debug_on_the_workers_log_prints_each_django_line_once(
+    log_format: str, tmp_path: Path
+) -> None:
+    # What `startproject` writes: DEBUG = True, which gives Django's `django` logger a console
+    # handler of its own, besides the worker's.
+    (tmp_path / "debug_settings.py").write_text(
+        "from examples.django_tasks.settings import *  # noqa: F403\nDEBUG = True\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "debug_settings",
+        "DJANGO_TASKS_DATABASE_URL": f"sqlite:///{tmp_path}/tasks.db",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    run("-m", "examples.django_tasks", "migrate", "--run-syncdb", "--verbosity", "0")
+    run("-m", "nilo_job", "migrate", "nilo_job.django:jobs")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        command = ["worker", "nilo_job.django:jobs", "--log-format", log_format]
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "nilo_job", *command],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        run(
+            "-c",
+            "import django; django.setup(); "
+            "from examples.django_tasks.tasks import add; add.enqueue(2, 3)",
+        )
+        deadline = time.monotonic() + 30
+        while "state=SUCCESSFUL" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)  # a poll for the worker's line, with a deadline
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    lines = log.read_text().splitlines()
+    tasks = [line for line in lines if "path=examples.django_tasks.tasks.add state=" in line]
+    assert len(tasks) == 2, lines
+    assert "state=RUNNING" in tasks[0], lines
+    assert "state=SUCCESSFUL" in tasks[1], lines
+    if log_format == "json":
+        assert [json.loads(line)["logger"] for line in tasks] == ["django.tasks"] * 2
+    else:
+        assert all(" INFO django.tasks: Task id=1 " in line for line in tasks), lines
