@@ -22,6 +22,7 @@ from ._text import (
     cut,
     one_line,
     print_json,
+    printable,
     table,
     utc,
     utc_exact,
@@ -287,15 +288,17 @@ def show(target: str, row_id: int, as_json: bool) -> None:
     click.echo(fields_text(fields))
     if row.traceback:
         click.echo("traceback:")
-        click.echo("\n".join("  " + line for line in row.traceback.rstrip("\n").split("\n")))
+        traceback = printable(row.traceback.rstrip("\n"), lines=True)
+        click.echo("\n".join("  " + line for line in traceback.split("\n")))
 
 
 def fields_text(fields: list[tuple[str, str]]) -> str:
-    """Names and values in two columns; a value of several lines stays in its column."""
+    """Names and values in two columns; a value of several lines stays in its column; each
+    value `printable`."""
     width = max(len(name) for name, _value in fields) + 2
     lines = []
     for name, value in fields:
-        first, *rest = value.split("\n")
+        first, *rest = printable(value, lines=True).split("\n")
         lines.append((name.ljust(width) + first).rstrip())
         lines += [(" " * width + line).rstrip() for line in rest]
     return "\n".join(lines)

@@ -3,15 +3,17 @@ and PostgreSQL, over a database URL and over `module:attr`."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from nilo_job.cli._text import utc_exact
 from tests.helpers.cli_ops import QUEUE_FILE, RAISE_LINE, T, nilo_job, rows_of
-from tests.helpers.cli_ops_queue import URL_ENV
+from tests.helpers.cli_ops_queue import URL_ENV, Mail, make
 
 EVERY_ROW = (
     "ID  KIND      STATE   ATTEMPTS  WHEN (UTC)           ERROR     PAYLOAD\n"
@@ -215,3 +217,38 @@ def test_show_tells_a_rows_whole_story(
         "Error: no job 99: no row has that id (a done row is kept only for the queue's "
         "retention_ms)\n",
     )
+
+
+HOSTILE = "x\x1b]0;owned\x07\x1b[2J\r\x9b31m\u202eevil\u2066"
+"""A window title, a clear screen, a carriage return, a C1 CSI, a right-to-left override, an
+isolate: what a row's writer could put in its text to drive the operator's terminal."""
+SHOWN = "x\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x9b31m\\u202eevil\\u2066"
+UNPRINTABLE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_text_from_a_row_is_printed_escaped_and_json_exact(url: str) -> None:
+    async def go() -> None:
+        jobs = make(url)
+        try:
+            await jobs.store.create_missing()
+            await jobs.push(Mail(HOSTILE, fail=True), at=T)
+            await jobs.push(Mail("a@example.com"), at=T + 3_600_000_000, unique=HOSTILE)
+            assert await jobs.drain_at(T) == 1
+        finally:
+            await jobs.store.close()
+
+    asyncio.run(go())
+    show = nilo_job("show", url, "1")
+    assert show.exit_code == 0
+    assert not UNPRINTABLE.search(show.stdout), repr(show.stdout)
+    assert f"\nmessage      550 {SHOWN}\n" in show.stdout
+    assert f"\nkey          {SHOWN}\n" in nilo_job("show", url, "2").stdout
+    assert f"Rejected: 550 {SHOWN}" in show.stdout  # the traceback's last line
+    for command in (("dead", url), ("list", url)):
+        done = nilo_job(*command)
+        assert done.exit_code == 0
+        assert not UNPRINTABLE.search(done.stdout), repr(done.stdout)
+        assert "\\u202eevil" in done.stdout
+    exact = json.loads(nilo_job("show", url, "1", "--json").stdout)
+    assert exact["message"] == "550 " + HOSTILE
+    assert exact["payload"]["to"] == HOSTILE
