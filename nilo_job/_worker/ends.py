@@ -28,6 +28,7 @@ from .._group_commit import Grouped
 from .._kinds import Kind
 from .._observers import Observers, Outcome
 from .._spaces import Statuses
+from .._text import printable
 from .._types import State
 from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Store
 from .outcome import in_ascii, user_traceback
@@ -185,7 +186,7 @@ class Ends:
 class Ending:
     """A run's end on its way to the store and then to `tell`: `end` of `row` (of `kind`);
     `seconds`, how long the run took; `dropped`, a schedule's tick dropped unrun; `error`, the
-    failure the end records, for the log's traceback; `progress`, the run's last progress
+    failure the end records, attached to its log record; `progress`, the run's last progress
     figure."""
 
     kind: Kind
@@ -241,28 +242,55 @@ def tell(
         return State.DONE, row.attempts, progress
     if isinstance(end, Retrying):
         wait_ms = kind.retry.wait_ms(row.attempts)
-        log.warning(
+        _log_failure(
+            logging.WARNING,
             "%s row %d failed with %s on attempt %d: %s; retrying in %.1f s",
-            kind.name, row.id, end.error, row.attempts, end.detail, wait_ms / 1_000,
-            extra={**fields, "error": end.error, "wait_ms": wait_ms},
-            exc_info=exc_info(ending.error),
+            (kind.name, row.id, printable(end.error), row.attempts, printable(end.detail),
+             wait_ms / 1_000),
+            {**fields, "error": end.error, "wait_ms": wait_ms},
+            ending.error,
+            end.traceback,
         )  # fmt: skip
         return State.QUEUED, row.attempts, None
     if isinstance(end, Died):
-        log.error(
+        _log_failure(
+            logging.ERROR,
             "%s row %d failed with %s on attempt %d and is dead: %s",
-            kind.name, row.id, end.error, row.attempts, end.detail,
-            extra={**fields, "error": end.error},
-            exc_info=exc_info(ending.error),
+            (kind.name, row.id, printable(end.error), row.attempts, printable(end.detail)),
+            {**fields, "error": end.error},
+            ending.error,
+            end.traceback,
         )  # fmt: skip
         return State.DEAD, row.attempts, progress
     return State.QUEUED, row.attempts - 1, None
 
 
+def _log_failure(
+    level: int,
+    message: str,
+    args: tuple[object, ...],
+    fields: dict[str, Any],
+    error: BaseException | None,
+    traceback: str,
+) -> None:
+    """Log a failed attempt as its row keeps it: the message as given (its parts escaped by the
+    caller), and the row's traceback (bounded, escaped, its lines kept) as the record's
+    exception text, which a handler prints below the message (or, as JSON, in one field). The
+    exception itself stays attached (`exc_info`) for an error tracker to read."""
+    if not log.isEnabledFor(level):
+        return
+    record = log.makeRecord(
+        log.name, level, __file__, 0, message, args, exc_info(error), extra=fields
+    )
+    trace = traceback.rstrip("\n")
+    record.exc_text = printable(trace, lines=True) if trace else None
+    log.handle(record)
+
+
 def exc_info(
     error: BaseException | None,
 ) -> tuple[type[BaseException], BaseException, TracebackType | None] | None:
-    """What `logging` takes to print `error` with its traceback."""
+    """What `logging` takes to attach `error`, from its first frame outside nilo-job."""
     return None if error is None else (type(error), error, user_traceback(error))
 
 

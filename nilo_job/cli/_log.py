@@ -52,7 +52,9 @@ class JsonLines(logging.Formatter):
         for name, value in vars(record).items():
             if name not in _STANDARD and not name.startswith("_"):
                 entry.setdefault(name, value)
-        if record.exc_info:
+        if record.exc_text:  # given already (a failed attempt's, as its row keeps it)
+            entry["traceback"] = record.exc_text
+        elif record.exc_info:
             entry["traceback"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
@@ -89,9 +91,9 @@ def print_once() -> None:
         if not isinstance(logger, logging.Logger) or not _reaches_root(logger):
             continue
         for handler in list(logger.handlers):
-            if (
-                type(handler) is logging.StreamHandler
-                and getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
+            if type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (
+                sys.stderr,
+                sys.stdout,
             ):
                 logger.removeHandler(handler)
 

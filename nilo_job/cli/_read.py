@@ -12,6 +12,7 @@ import click
 
 from .._errors import Refusal
 from .._operator import read_cursor
+from .._text import printable
 from .._types import Found, Row, Stats, Where
 from ._target import Target, open_target, run_on
 from ._text import (
@@ -22,7 +23,6 @@ from ._text import (
     cut,
     one_line,
     print_json,
-    printable,
     table,
     utc,
     utc_exact,

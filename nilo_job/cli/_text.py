@@ -1,40 +1,25 @@
 """How the `nilo-job` commands print: aligned tables, UTC times, one-line JSON, and the options
 and argument types every operator command shares.
 
-Text from a row (a kind, a message, a traceback, a key, a payload) may hold anything its writer
-put there. Printed as text, every control character in it (C0, DEL, C1) and every character that
-reorders text (bidirectional overrides and isolates) is written as an escape (`\x1b`, `\u202e`),
-so that a row can neither drive the operator's terminal nor forge or reorder what it shows.
-`--json` prints the exact values (JSON escapes C0 itself).
+Text from a row (a kind, a message, a traceback, a key, a payload) is printed `printable`: a
+row can neither drive the operator's terminal nor reorder what it shows. `--json` prints the
+exact values.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 
+from .._text import printable
+
 ROW_ID = click.IntRange(1, 2**63 - 1)  # a row id is a 64-bit integer on every store
 TARGET_HELP = "TARGET is a database URL (sqlite:///app.db, postgresql://…) or module:attr."
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str, *, lines: bool = False) -> str:
-    """`text` with every control or reordering character escaped (`\x1b`, `\u202e`); with
-    `lines`, its newlines are kept as line breaks."""
-    if lines:
-        return "\n".join(printable(line) for line in text.split("\n"))
-    return _UNPRINTABLE.sub(_escape, text)
-
-
-def _escape(found: re.Match[str]) -> str:
-    code = ord(found.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -> str:

@@ -6,12 +6,16 @@ Every clock is a `drain_at` number; the only real time spent is two small timeou
 """
 
 import asyncio
+import json
+import logging
 import threading
 from dataclasses import dataclass
 
 import pytest
 
 import nilo_job as job
+from nilo_job._text import printable
+from nilo_job.cli._log import JsonLines
 from nilo_job.store.contract import Store
 from tests.helpers.outcomes import MS, Boom, HardRejected, Rejected, read
 
@@ -378,3 +382,54 @@ async def test_a_sync_run_past_its_timeout_is_timed_out(
         release.set()
     assert await drain == 1
     assert await jobs.stats() == (0, 0, 1)
+
+
+HUGE = "no\n2026-01-01 00:00:00,000 INFO nilo_job: forged line\x1b]0;owned\x07 " + "x" * 5_000_000
+
+
+@dataclass
+class Loud:
+    """Fails with a five-megabyte message holding a newline and terminal escapes."""
+
+    nilo_job = "loud"
+    retry = job.Retry(times=1)
+
+    def run(self) -> None:
+        raise ValueError(HUGE)
+
+
+async def test_a_failure_is_logged_as_its_row_keeps_it_bounded_and_escaped(
+    store: Store, t: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs = job.Jobs(kinds=[Loud], store=store)
+    row_id = await jobs.push(Loud(), at=t)
+    assert row_id is not None
+    with caplog.at_level(logging.WARNING, logger="nilo_job"):
+        assert await jobs.drain_at(t) == 2  # failed, retried at once, failed and dead
+    row = await jobs.row(row_id)
+    assert row is not None
+    assert row.traceback is not None
+    retrying, died = [r for r in caplog.records if r.name == "nilo_job"]
+    for record in (retrying, died):
+        message = record.getMessage()
+        assert len(message) < 2_200  # the row keeps 2,000 characters of the message
+        for raw in ("\n", "\x1b", "\x07"):
+            assert raw not in message
+        assert "no\\x0a2026-01-01 00:00:00,000 INFO nilo_job: forged line\\x1b]0;owned\\x07 x" in (
+            message
+        )
+        assert record.exc_info is not None  # the exception, for an error tracker
+        assert record.exc_info[1] is not None
+        assert str(record.exc_info[1]) == HUGE
+        assert record.exc_text == printable(row.traceback.rstrip("\n"), lines=True)
+        assert len(record.exc_text) < 10_200  # the row keeps 10,000 characters of traceback
+        text = logging.Formatter("%(levelname)s %(message)s").format(record)
+        assert text.count("\n") == record.exc_text.count("\n") + 1
+        assert "forged line\n" not in text
+        assert "\x1b" not in text
+        line = JsonLines().format(record)
+        assert "\n" not in line
+        assert json.loads(line)["traceback"] == record.exc_text
+    assert died.getMessage().startswith(
+        f"loud row {row_id} failed with ValueError on attempt 2 and is dead"
+    )

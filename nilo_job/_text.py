@@ -1,0 +1,27 @@
+"""Text from a row, shown to people: a kind, a message, a traceback, a key, a payload may hold
+anything its writer put there.
+
+`printable` writes every control character (C0, DEL, C1) and every character that reorders text
+(bidirectional marks, overrides and isolates) as an escape (`\\x1b`, `\\u202e`). Text so shown can
+neither drive a terminal (a window title, a clear screen), nor forge a log line (a newline), nor
+reorder what a line appears to say. The command line's text output and the worker's log use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` with every control or reordering character escaped (`\\x1b`, `\\u202e`); with
+    `lines`, its newlines are kept as line breaks (a traceback)."""
+    if lines:
+        return "\n".join(printable(line) for line in text.split("\n"))
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
