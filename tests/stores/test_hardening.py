@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import sqlite3
 import threading
@@ -322,3 +323,56 @@ async def test_a_sqlite_file_is_created_by_create_missing_alone(tmp_path: Path) 
     assert await jobs.push(Stuck()) == 1
     assert await jobs.stats() == (1, 0, 0)
     await table.close()
+
+
+async def test_a_sqlite_file_and_its_wal_are_made_for_their_user_alone(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    old = os.umask(0o022)  # the usual umask, which would leave them readable by every user
+    try:
+        table = job.Table(f"sqlite:///{path}")
+        jobs = job.Jobs(kinds=[Stuck], store=table)
+        await table.create_missing()
+        await jobs.push(Stuck())
+        modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir() if p.is_file()}
+        await table.close()
+    finally:
+        os.umask(old)
+    assert modes["app.db"] == 0o600
+    assert modes["app.db-wal"] == 0o600
+
+
+async def test_a_file_made_beforehand_keeps_its_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    path.touch()
+    path.chmod(0o660)  # shared with a group
+    table = job.Table(f"sqlite:///{path}")
+    await table.create_missing()
+    await table.close()
+    assert path.stat().st_mode & 0o777 == 0o660
+
+
+async def test_a_wake_folder_open_to_every_user_is_left_unused_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "app.db"
+    folder = tmp_path / "app.db.wake"
+    folder.mkdir()
+    folder.chmod(0o777)
+    table = job.Table(f"sqlite:///{path}")
+    await table.create_missing()
+    jobs = job.Jobs(kinds=[Stuck], store=table)
+    with caplog.at_level(logging.WARNING, logger="nilo_job"):
+        async with jobs.serving():
+            await asyncio.sleep(0)  # serve starts its listener
+            for _ in range(100):
+                if caplog.records:
+                    break
+                await asyncio.sleep(0.01)  # a poll for the log line, bounded
+    await table.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"no wake-ups between processes: the folder {folder} is open to every local user (mode "
+        "0777), so another local user could remove or replace its sockets; it is left unused, "
+        "and rows pushed elsewhere start at the poll. Remove it (nilo-job makes it again, for "
+        "this user alone) or `chmod o-rwx` it"
+    ]
+    assert list(folder.iterdir()) == []

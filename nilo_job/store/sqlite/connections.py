@@ -14,7 +14,9 @@ for up to the busy timeout. Text is read with `surrogateescape`, so a row anothe
 wrote with bytes that are not UTF-8 is read (and said to be unreadable by the store's readers)
 rather than failing the whole statement. After a fork, the parent's thread and connections are
 left alone. The file is opened, never created, except by `create_missing` (`may_create`): a
-mistyped path is said, not made into an empty database.
+mistyped path is said, not made into an empty database. A file it creates is readable and
+writable by its user alone (0600), and SQLite gives its WAL the same permissions; a file made
+beforehand (shared with a group, say) keeps its own.
 """
 
 from __future__ import annotations
@@ -156,8 +158,10 @@ class Connections:
     def _connect(self, synchronous: str, *, here: bool = False) -> sqlite3.Connection:
         """A connection with the store's settings; `here`: for `here`, with no busy timeout and
         no `journal_mode` to set (the thread's connection set WAL, which the file keeps)."""
-        if self.path != ":memory:" and not self.may_create and not os.path.isfile(self.path):
-            raise _schema.no_file(self.path, self.target)
+        if self.path != ":memory:" and not os.path.isfile(self.path):
+            if not self.may_create:
+                raise _schema.no_file(self.path, self.target)
+            _create_private(self.path)
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -228,3 +232,14 @@ class Connections:
             if conn is not None:
                 conn.close()
         self._conn = self._work_conn = None
+
+
+def _create_private(path: str) -> None:
+    """Create the empty database file `path` for its user alone (0600), unless it exists."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    except OSError as error:
+        raise StoreUnavailable(f"cannot create SQLite database {path}: {error}") from error
+    os.close(fd)

@@ -92,11 +92,22 @@ def _bound(folder: Path, name: Path) -> socket.socket | None:
         return None
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
+        open_to = _open_to_others(folder)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     except (OSError, AttributeError) as error:
         log.info(
             "no wake-ups between processes (%s); rows pushed elsewhere start at the poll", error
         )
+        return None
+    if open_to is not None:
+        sock.close()
+        log.warning(
+            "no wake-ups between processes: the folder %s is %s, so another local user could "
+            "remove or replace its sockets; it is left unused, and rows pushed elsewhere start "
+            "at the poll. Remove it (nilo-job makes it again, for this user alone) or "
+            "`chmod o-rwx` it",
+            folder, open_to,
+        )  # fmt: skip
         return None
     try:
         sock.bind(os.fsencode(name))
@@ -108,6 +119,18 @@ def _bound(folder: Path, name: Path) -> socket.socket | None:
         )
         return None
     return sock
+
+
+def _open_to_others(folder: Path) -> str | None:
+    """How `folder` is open to users other than this one and its group, in words, or None when
+    it is not: its mode gives others any access, or it belongs to another user outside this
+    process's groups."""
+    found = folder.stat()
+    if found.st_mode & 0o007:
+        return f"open to every local user (mode {found.st_mode & 0o7777:04o})"
+    if found.st_uid != os.getuid() and found.st_gid not in {os.getgid(), *os.getgroups()}:
+        return f"owned by user {found.st_uid}, in a group this process is not in"
+    return None
 
 
 def _due(data: bytes) -> int | None:
