@@ -31,7 +31,7 @@ from .._jobs import Jobs
 from ..store._table import Table
 from ._kinds import TaskCall, find_task, kind_name, make_kinds
 from ._options import Options, read
-from ._results import enqueued, from_row, micros, moment
+from ._results import enqueued, from_row, micros, moment, row_of
 
 if TYPE_CHECKING:
     BaseTaskBackend = object
@@ -166,9 +166,8 @@ class TaskBackend(BaseTaskBackend):
         )
 
         text = str(result_id)
-        row = None
-        if text.isascii() and text.isdigit() and 0 < int(text) < 1 << 63:
-            row = self.jobs.sync.row(int(text))
+        row_id = row_of(self.alias, text)
+        row = None if row_id is None else self.jobs.sync.row(row_id)
         if row is None or row.kind not in self.kinds:
             raise TaskResultDoesNotExist(result_id)
         payload = row.payload if isinstance(row.payload, dict) else {}

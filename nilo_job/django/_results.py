@@ -10,6 +10,11 @@
 A row keeps the worker of its last attempt and the last failure only, so `worker_ids` holds
 that worker once per attempt (Django counts `attempts` as `len(worker_ids)`), and `errors` holds
 the last failure, if any.
+
+A result's id is `ROW.TAG`: the row's id, then 32 hex characters of an HMAC of the backend's
+alias and the row id under the project's `SECRET_KEY` (Django's `salted_hmac`, SHA-256). A
+caller handed one id cannot make another's; an id signed with a key in `SECRET_KEY_FALLBACKS`
+is still read, so keys can be rotated. The row id alone is for operators (`nilo-job show`).
 """
 
 from __future__ import annotations
@@ -48,10 +53,42 @@ def micros(at: datetime) -> int:
     return (at - _EPOCH) // timedelta(microseconds=1)
 
 
-def _result(task: Any, result_id: int, alias: str, **fields: Any) -> Any:
+TAG_CHARS = 32
+"""Hex characters of a result id's tag (128 bits)."""
+_SALT = "nilo_job.django.result"
+
+
+def result_id(alias: str, row_id: int, secret: str | bytes | None = None) -> str:
+    """The result id of row `row_id` of backend `alias`: `ROW.TAG` (see the module), signed
+    with `secret` (default: `SECRET_KEY`)."""
+    from django.utils.crypto import salted_hmac  # type: ignore[import-untyped,unused-ignore]
+
+    tag = salted_hmac(_SALT, f"{alias}:{row_id}", secret=secret, algorithm="sha256")
+    return f"{row_id}.{tag.hexdigest()[:TAG_CHARS]}"
+
+
+def row_of(alias: str, text: str) -> int | None:
+    """The row id a result id of backend `alias` names, or None when `text` is not one this
+    project signed (under `SECRET_KEY` or a key of `SECRET_KEY_FALLBACKS`)."""
+    from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
+    from django.utils.crypto import constant_time_compare  # type: ignore[import-untyped,unused-ignore]
+
+    row, dot, tag = text.partition(".")
+    if not dot or not (row.isascii() and row.isdigit()) or len(tag) != TAG_CHARS:
+        return None
+    row_id = int(row)
+    if not 0 < row_id < 1 << 63 or str(row_id) != row:
+        return None
+    for secret in (settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())):
+        if constant_time_compare(result_id(alias, row_id, secret), text):
+            return row_id
+    return None
+
+
+def _result(task: Any, row_id: int, alias: str, **fields: Any) -> Any:
     from django.tasks import TaskResult  # type: ignore[import-untyped,unused-ignore]
 
-    return TaskResult(task=task, id=str(result_id), backend=alias, **fields)
+    return TaskResult(task=task, id=result_id(alias, row_id), backend=alias, **fields)
 
 
 def enqueued(task: Any, row_id: int, alias: str, args: Any, kwargs: Any, now_us: int) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,12 +31,13 @@ import django
 django.setup()
 
 import pytest  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.tasks import TaskResultStatus, task  # noqa: E402
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
 from django.tasks.signals import task_enqueued  # noqa: E402
-from django.test import Client  # noqa: E402
+from django.test import Client, override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 import nilo_job as job  # noqa: E402
@@ -98,6 +100,11 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Pope
         assert "SIGTERM: stopping after running rows finish" in text, text
 
 
+def row_id(result: Any) -> int:
+    """The row of a task result, for the operator's calls: the part of its id before the dot."""
+    return int(result.id.split(".")[0])
+
+
 def worker_id(proc: subprocess.Popen[bytes]) -> str:
     return f"{socket.gethostname()}:{proc.pid}"
 
@@ -124,7 +131,7 @@ def test_enqueue_runs_in_the_worker_and_get_result_reads_it_back(
     before = timezone.now()
     queued = add.enqueue(2, 3)
     assert queued.status == TaskResultStatus.READY
-    assert queued.id.isdigit()
+    assert re.fullmatch(r"[1-9][0-9]*\.[0-9a-f]{32}", queued.id), queued.id
     assert queued.task == add
     assert (queued.args, queued.kwargs, queued.backend) == ([2, 3], {}, "default")
     assert queued.errors == []
@@ -171,7 +178,7 @@ def test_an_async_task_enqueued_with_aenqueue_runs_on_its_queue(
     assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
     assert result.return_value == {"greeting": "hello, ada", "orders": Order.objects.count()}
     assert result.task.queue_name == "reports"
-    assert jobs_for("default").sync.row(int(queued.id)).kind == "django:default:reports:async"
+    assert jobs_for("default").sync.row(row_id(queued)).kind == "django:default:reports:async"
 
 
 def test_enqueue_inside_atomic_commits_with_the_order(worker: subprocess.Popen[bytes]) -> None:
@@ -201,7 +208,7 @@ def test_a_rolled_back_atomic_takes_the_task_with_it(worker: subprocess.Popen[by
     assert not Order.objects.filter(item="coffee").exists()
     with pytest.raises(TaskResultDoesNotExist):
         confirm_order.get_result(queued[0].id)
-    assert jobs_for("default").sync.row(int(queued[0].id)) is None
+    assert jobs_for("default").sync.row(row_id(queued[0])) is None
 
 
 def test_run_after_waits_until_its_moment(worker: subprocess.Popen[bytes]) -> None:
@@ -216,7 +223,7 @@ def test_run_after_waits_until_its_moment(worker: subprocess.Popen[bytes]) -> No
     assert result.started_at is None
     with pytest.raises(ValueError, match="Task has not finished yet"):
         _ = result.return_value
-    row = jobs_for("default").sync.row(int(waiting.id))
+    row = jobs_for("default").sync.row(row_id(waiting))
     assert row is not None
     assert row.state == "queued"
     assert abs(row.run_at - int(later.timestamp() * 1_000_000)) <= 1
@@ -225,7 +232,7 @@ def test_run_after_waits_until_its_moment(worker: subprocess.Popen[bytes]) -> No
     assert (done.status, done.return_value) == (TaskResultStatus.SUCCESSFUL, 4)
     assert done.started_at >= soon
     assert add.get_result(waiting.id).status == TaskResultStatus.READY
-    assert jobs_for("default").sync.cancel(int(waiting.id)) is True
+    assert jobs_for("default").sync.cancel(row_id(waiting)) is True
 
 
 def test_a_task_that_raises_fails_with_its_error_and_traceback(
@@ -300,9 +307,30 @@ def test_a_view_enqueues_in_its_transaction_and_reads_the_result(
 
 
 def test_an_unknown_result_id_does_not_exist() -> None:
-    for unknown in ("99999999", "nope", "", "-1", "1" * 40):
+    for unknown in ("99999999", "nope", "", "-1", "1" * 40, "1." + "0" * 32, "." * 33):
         with pytest.raises(TaskResultDoesNotExist):
             add.get_result(unknown)
+
+
+def test_a_result_id_cannot_be_guessed_from_another(worker: subprocess.Popen[bytes]) -> None:
+    mine = add.enqueue(1, 1)
+    theirs = add.enqueue(40, 2)
+    assert finished(add, theirs.id).return_value == 42
+    number, tag = theirs.id.split(".")
+    # The row's id alone (what the ids were), a neighbour's tag, an altered tag: none reads it.
+    altered = f"{number}.{tag[:-1]}{'1' if tag[-1] == '0' else '0'}"
+    for guess in (number, f"{number}.{mine.id.split('.')[1]}", altered):
+        with pytest.raises(TaskResultDoesNotExist):
+            add.get_result(guess)
+    # A key rotated into SECRET_KEY_FALLBACKS still reads the ids it signed; another key does not.
+    rotated = {"SECRET_KEY": "a-new-key-" * 5, "SECRET_KEY_FALLBACKS": [settings.SECRET_KEY]}
+    with override_settings(**rotated):
+        assert add.get_result(theirs.id).return_value == 42
+    with (
+        override_settings(SECRET_KEY="a-new-key-" * 5, SECRET_KEY_FALLBACKS=[]),
+        pytest.raises(TaskResultDoesNotExist),
+    ):
+        add.get_result(theirs.id)
 
 
 def module_level(x: int) -> int:
@@ -344,7 +372,7 @@ def test_enqueue_sends_djangos_task_enqueued_signal() -> None:
     finally:
         task_enqueued.disconnect(receiver)
     assert [r.id for r in seen] == [queued.id]
-    assert jobs_for("default").sync.cancel(int(queued.id)) is True
+    assert jobs_for("default").sync.cancel(row_id(queued)) is True
 
 
 def test_a_retrys_wait_is_ready_with_the_error() -> None:
@@ -361,7 +389,7 @@ def test_a_retrys_wait_is_ready_with_the_error() -> None:
     # Each backend reads its own rows only.
     with pytest.raises(TaskResultDoesNotExist):
         flaky.get_result(queued.id)
-    assert patient.sync.cancel(int(queued.id)) is True
+    assert patient.sync.cancel(row_id(queued)) is True
 
 
 def test_a_commit_wakes_a_worker_of_this_process_at_once() -> None:
