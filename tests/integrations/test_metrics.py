@@ -5,6 +5,8 @@ Durations measured in real time (a run, a claim) are asserted by their counts on
 on the claim's clock (how late a row was claimed) is asserted exactly.
 """
 
+import contextlib
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -336,3 +338,36 @@ async def test_queue_latency_and_a_paused_kind_are_gauges_of_the_table(
     _status, _type, samples = await scrape(metrics)
     assert of(samples, "nilo_job_oldest_due") == {("nilo_job_oldest_due_seconds", mail()): 0.0}
     assert of(samples, "nilo_job_paused") == {("nilo_job_paused", mail()): 0.0}
+
+
+async def test_rows_another_program_wrote_are_counted_under_a_readable_kind(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "q.db"
+    table = job.Table(f"sqlite:///{path}")
+    await table.create_missing()
+    jobs = job.Jobs(kinds=[Mail], store=table)
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        for kind, run_at in (
+            ("CAST(x'6dff' AS TEXT)", "1"),  # not UTF-8
+            ("x'6dff'", "2"),  # the same bytes, as a BLOB
+            ("x'6d6f'", "3"),  # a BLOB of valid UTF-8: "mo"
+            ("'mail'", "'tomorrow'"),  # a due time that is not a number
+        ):
+            conn.execute(
+                "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts) "
+                f"VALUES ({kind}, '{{}}', 'queued', {run_at}, 0)"
+            )
+    metrics = Metrics(jobs)
+    body, _ = await metrics.exposition()
+    await table.close()
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert [s.value for s in families["nilo_job_store_up"].samples] == [1.0]
+    queued = {
+        s.labels["kind"]: s.value
+        for s in families["nilo_job_rows"].samples
+        if s.labels["state"] == "queued"
+    }
+    assert queued == {"m\\xff": 2.0, "mo": 1.0, "mail": 1.0}
+    waited = {s.labels["kind"] for s in families["nilo_job_oldest_due_seconds"].samples}
+    assert waited == {"m\\xff", "mo", "mail"}

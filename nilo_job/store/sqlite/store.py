@@ -382,13 +382,17 @@ class SqliteTable:
 
     async def paused(self) -> dict[str, int]:
         found = await self._db.call(lambda conn: conn.execute(SQL["paused"]).fetchall())
-        return dict(found)
+        return {_kind(kind): at for kind, at in found if isinstance(at, int)}
 
     async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
         found = await self._db.call(
             lambda conn: conn.execute(SQL["ended"], {"since": since_us}).fetchall()
         )
-        return [(kind, state, minute, n) for kind, state, minute, n in found]
+        return [
+            (_kind(kind), str(state), minute, n)
+            for kind, state, minute, n in found
+            if isinstance(minute, int) and isinstance(n, int)
+        ]
 
     async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
         found = await self._db.call(
@@ -400,7 +404,12 @@ class SqliteTable:
         found = await self._db.call(
             lambda conn: conn.execute(SQL["oldest_due"], (now_us,)).fetchall()
         )
-        return dict(found)
+        oldest: dict[str, int] = {}
+        for kind, at in found:
+            if isinstance(at, int):
+                name = _kind(kind)
+                oldest[name] = min(at, oldest.get(name, at))
+        return oldest
 
     async def holding(self, key: str, kinds: Sequence[str]) -> list[RowView]:
         params = {"key": key, "kinds": json.dumps(list(kinds))}
@@ -409,7 +418,25 @@ class SqliteTable:
 
     async def counts(self) -> dict[tuple[str, str], int]:
         found = await self._db.call(lambda conn: conn.execute(SQL["counts"]).fetchall())
-        return {(kind, state): n for kind, state, n in found}
+        counts: dict[tuple[str, str], int] = {}
+        for kind, state, n in found:
+            key = (_kind(kind), str(state))
+            counts[key] = counts.get(key, 0) + n
+        return counts
+
+
+def _kind(value: object) -> str:
+    """A kind as another program may have written it, as text every reader can show: text that
+    is not UTF-8 (read with surrogates) or a BLOB with its bad bytes escaped (`m\\xff`), any
+    other value as its `str`. Rows of one such kind are counted together under that name."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        raw = value.encode("utf-8", "surrogateescape")
+        return raw.decode("utf-8", "backslashreplace")
+    return str(value)
 
 
 def _recorded(conn: sqlite3.Connection) -> _schema.Recorded:
