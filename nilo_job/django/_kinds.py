@@ -12,6 +12,7 @@ JSON, which the row keeps as its result.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,12 +86,23 @@ def _async_run(alias: str) -> Any:
 def find_task(path: str) -> Any:
     """The `django.tasks.Task` at the module path `path`.
 
+    A row names its task by path, and a row is data anyone with write access to the table can
+    write: its module is imported only when it is imported already, or lies in an installed app
+    or the package of the project's settings (`_of_project`), so a row cannot make a worker run
+    the top of any other module.
+
     Raises:
-        Refusal: nothing importable there, or not a task.
+        Refusal: not a path of this project's, nothing importable there, or not a task.
     """
     from django.tasks import Task  # type: ignore[import-untyped,unused-ignore]
     from django.utils.module_loading import import_string  # type: ignore[import-untyped,unused-ignore]
 
+    module = path.rpartition(".")[0]
+    if module not in sys.modules and not _of_project(module):
+        raise Refusal(
+            f"{path} is not in an installed app or the project's package: a task is imported "
+            "from this project's own modules only"
+        )
     try:
         found = import_string(path)
     except ImportError as error:
@@ -98,6 +110,18 @@ def find_task(path: str) -> Any:
     if not isinstance(found, Task):
         raise Refusal(f"{path} is a {type(found).__name__}, not a task made by @task")
     return found
+
+
+def _of_project(module: str) -> bool:
+    """Whether `module` is in an installed app's package or the package of the settings."""
+    from django.apps import apps  # type: ignore[import-untyped,unused-ignore]
+    from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
+
+    roots = [config.name for config in apps.get_app_configs()]
+    settings_module = getattr(settings, "SETTINGS_MODULE", None) or ""
+    if "." in settings_module:
+        roots.append(settings_module.rpartition(".")[0])
+    return any(module == root or module.startswith(root + ".") for root in roots)
 
 
 def _prepared(alias: str, call: TaskCall, tick: Tick) -> tuple[Any, Any, Any]:

@@ -34,7 +34,7 @@ import pytest  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
-from django.tasks import TaskResultStatus, task  # noqa: E402
+from django.tasks import TaskResultStatus, task, task_backends  # noqa: E402
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
 from django.tasks.signals import task_enqueued  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
@@ -52,6 +52,7 @@ from examples.django_tasks.tasks import (  # noqa: E402
     wait_for,
 )
 from nilo_job.django import TaskBackend, jobs_for  # noqa: E402
+from nilo_job.django._results import result_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 30.0
@@ -458,3 +459,34 @@ def test_options_that_cannot_work_are_refused_in_a_sentence() -> None:
     assert same.settings.database == "default"
     retry = build({"OPTIONS": {"retry": {"times": 4, "from_ms": 100, "to_ms": 800}}}).settings.retry
     assert retry == job.Retry(times=4, backoff=job.Exponential(from_ms=100, to_ms=800))
+
+
+def test_a_row_naming_a_module_outside_the_project_does_not_import_it(
+    worker: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    # A module with a side effect at import, on sys.path: a row written by anyone with access
+    # to the table names it as its task.
+    marker = tmp_path / "imported"
+    (tmp_path / "nilo_side_effect.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\ndef task(): pass\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        backend = task_backends["default"]
+        kind = backend.kinds["django:default:default"]
+        row = backend.jobs.sync.push(kind(task="nilo_side_effect.task"))
+        with pytest.raises(InvalidTask) as raised:
+            add.get_result(result_id("default", row))
+        assert str(raised.value) == (
+            f"the task result {result_id('default', row)} cannot be read here: "
+            "nilo_side_effect.task is not in an installed app or the project's package: a task "
+            "is imported from this project's own modules only"
+        )
+        assert not marker.exists()
+        assert "nilo_side_effect" not in sys.modules
+        # The worker process does not import it either: the row dies, saying why.
+        dead = until(lambda: backend.jobs.sync.row(row), lambda r: r.state == "dead", "dead")
+        assert "is not in an installed app or the project's package" in (dead.message or "")
+        assert not marker.exists()
+    finally:
+        sys.path.remove(str(tmp_path))
