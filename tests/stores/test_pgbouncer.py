@@ -8,6 +8,13 @@ client's), push_many, push_in on an application's connection, claims and ends by
 polling only, and serve listening on a direct URL, woken at once by another process's push; and
 two worker processes of four workers on 1,000 rows, each run exactly once.
 
+A store not told of PgBouncer (no `nilo_pooler=true`) finds it as it opens, behind a PgBouncer
+that refuses the `options` startup parameter (as it does by default) and behind one that ignores
+it (`ignore_startup_parameters = options`, where the workers' sessions would otherwise open and
+their prepared statements meet each other's); and, should a pooler hide itself from that look,
+at the first error of a prepared statement, with the call that met it made again. Each way every
+row runs exactly once, in one process and in two worker processes, with one WARNING per store.
+
 Without PgBouncer (`/usr/sbin/pgbouncer`, Debian's `pgbouncer` package) the tests skip with the
 reason, except in CI (CI=true), where that is a failure.
 """
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -63,6 +71,23 @@ def _free_port() -> int:
 @pytest.fixture
 def bouncer(pg_url: str) -> Iterator[str]:
     """The URL of the test's database through a PgBouncer of its own in transaction mode."""
+    yield from _bouncer(pg_url)
+
+
+@pytest.fixture
+def lenient_bouncer(pg_url: str) -> Iterator[str]:
+    """The same, through a PgBouncer that ignores the `options` startup parameter rather than
+    refusing the connection (a common setting: the session then has the server's defaults)."""
+    yield from _bouncer(pg_url, "ignore_startup_parameters = extra_float_digits,options\n")
+
+
+@pytest.fixture
+def session_bouncer(pg_url: str) -> Iterator[str]:
+    """The same, through a PgBouncer in session mode: each client keeps one server session."""
+    yield from _bouncer(pg_url, "default_pool_size = 40\n", mode="session")
+
+
+def _bouncer(pg_url: str, extra: str = "", mode: str = "transaction") -> Iterator[str]:
     binary = _pgbouncer()
     server = conninfo_to_dict(pg_url)
     port = _free_port()
@@ -78,8 +103,8 @@ def bouncer(pg_url: str) -> Iterator[str]:
         + "\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        "auth_type = any\npool_mode = transaction\n"
-        "default_pool_size = 2\nmax_client_conn = 500\n"
+        f"auth_type = any\npool_mode = {mode}\nmax_client_conn = 500\n"
+        + (extra if "default_pool_size" in extra else "default_pool_size = 2\n" + extra)
     )
     config.chmod(0o644)
     as_root = ["-u", "nobody"] if os.geteuid() == 0 else []
@@ -187,7 +212,7 @@ def test_the_url_can_say_pooler_and_listen_url(pg_url: str) -> None:
         job.Table(f"{pg_url}?nilo_pooler=yes")
     with pytest.raises(job.Refusal, match=r"two listen URLs"):
         job.Table(f"{pg_url}?nilo_listen_url={quote(pg_url)}", listen_url=pg_url + "x")
-    with pytest.raises(job.Refusal, match=r"pooler='yes'\): pass True or False"):
+    with pytest.raises(job.Refusal, match=r"pooler='yes'\): pass True, False or None"):
         job.Table(pg_url, pooler="yes")
     with pytest.raises(job.Refusal, match=r"listen_url='mysql://db': pass the direct"):
         job.Table(pg_url, pooler=True, listen_url="mysql://db")
@@ -333,3 +358,212 @@ async def test_two_processes_of_four_workers_behind_pgbouncer_run_1000_rows_exac
         assert "Traceback" not in output, output
         assert "event loop:" in output, output
     assert await queue.stats() == (0, 0, 0)
+
+
+# ------------------------------------------------------------- a store not told of PgBouncer
+
+
+def _where(url: str) -> str:
+    found = conninfo_to_dict(url)
+    return f"{found['host']}:{found['port']}/{found['dbname']}"
+
+
+def _found(url: str, how: str) -> str:
+    """The WARNING of a store opened from `url` (no listen URL) that found a pooler by `how`."""
+    return (
+        f"PostgreSQL at {_where(url)} answers through a pooler ({how}), which nilo-job was not "
+        "told: the store now prepares no statement on the server and keeps no setting on a "
+        "session, as with nilo_pooler=true, and serve does not LISTEN through it (other "
+        "processes' rows are found by the poll); to say so yourself, put nilo_pooler=true in "
+        "the URL (or pass pooler=True), and nilo_listen_url=<the server's direct URL, "
+        "percent-encoded> (or listen_url=) for serve to be woken by other processes' pushes at "
+        "once; a pooler in session mode keeps sessions: nilo_pooler=false (or pooler=False) "
+        "keeps them in use"
+    )
+
+
+LOOKED = (
+    "the server process id a connection is given at its start is not the one that runs its "
+    "statements"
+)
+NOT_LISTENING = (
+    "not listening for other processes' pushes: PostgreSQL at {} is behind a pooler (found, not "
+    "told) and no listen_url was given; their rows are found by the poll (poll_ms)"
+)
+
+
+def _said(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "nilo_job" and r.levelno == level]
+
+
+async def _push_and_serve(url: str, rows: int, caplog: pytest.LogCaptureFixture) -> None:
+    """Push `rows` rows one at a time through a store opened from `url`, then serve them with
+    four workers until every one has run and serve has said it does not listen."""
+    table = job.Table(url)
+    queue = job.Jobs(kinds=[Note], store=table, workers=4, poll_ms=50)
+    try:
+        for n in range(rows):  # one at a time: far past psycopg's threshold for preparing
+            await queue.push(Note(n))
+        async with queue.serving(grace_ms=5_000):
+            await until("every row to run", lambda: len(_ran) >= rows, 30)
+            said = NOT_LISTENING.format(_where(url))
+            await until("serve to say it does not listen", lambda: said in caplog.messages)
+        assert await queue.stats() == (0, 0, 0)
+    finally:
+        await table.close()
+
+
+@pytest.mark.parametrize("pgbouncer", ["bouncer", "lenient_bouncer"])
+async def test_a_store_not_told_of_pgbouncer_finds_it_as_it_opens_and_runs_every_row_once(
+    pgbouncer: str, request: pytest.FixtureRequest, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A URL without nilo_pooler=true: the store looks as it opens, before any statement is
+    prepared or any worker's session is asked for the `options` PgBouncer refuses (or drops)."""
+    url = request.getfixturevalue(pgbouncer)
+    caplog.set_level(logging.INFO, logger="nilo_job")
+    _ran.clear()
+    await _push_and_serve(url, 550, caplog)
+    assert sorted(_ran) == list(range(550))  # each exactly once
+    assert _said(caplog, logging.WARNING) == [_found(url, LOOKED)]
+    assert NOT_LISTENING.format(_where(url)) in _said(caplog, logging.INFO)
+    assert "cannot reach PostgreSQL" not in caplog.text
+
+
+async def test_a_pooler_hidden_from_that_look_is_found_at_its_first_prepared_statement_error(
+    lenient_bouncer: str,
+    pg_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should a pooler pass the server's process ids on, the store finds it at the first error
+    of a statement prepared on a session PgBouncer lends to another client (already there, not
+    there, or with other parameters), and makes that call again, preparing nothing: it had not
+    run, so nothing runs twice."""
+
+    async def hidden(conn: psycopg.AsyncConnection[object]) -> bool:
+        return False
+
+    monkeypatch.setattr("nilo_job.store.postgres.connections.through_pooler", hidden)
+    caplog.set_level(logging.INFO, logger="nilo_job")
+    _ran.clear()
+    await _push_and_serve(lenient_bouncer, 550, caplog)
+    assert sorted(_ran) == list(range(550))  # each exactly once
+    [warning] = _said(caplog, logging.WARNING)
+    errors = (
+        r'prepared statement "_pg3_\d+" (already exists|does not exist)'
+        r'|bind message supplies \d+ parameters, but prepared statement "_pg3_\d+" requires \d+'
+    )
+    pattern = re.escape(_found(lenient_bouncer, "HOW")).replace("HOW", f"({errors})")
+    assert re.fullmatch(pattern, warning), warning
+    assert NOT_LISTENING.format(_where(lenient_bouncer)) in _said(caplog, logging.INFO)
+    assert "cannot reach PostgreSQL" not in caplog.text
+
+
+async def test_an_application_pool_not_said_to_be_behind_pgbouncer_is_lent_back_as_it_was(
+    bouncer: str, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over the application's own pool (which prepares, as psycopg does by default) the store
+    prepares nothing on the pool's connections, and leaves them as it found them; the WARNING
+    says what the pool needs for the application's own statements."""
+    caplog.set_level(logging.INFO, logger="nilo_job")
+    _ran.clear()
+    async with AsyncConnectionPool(bouncer, min_size=1, max_size=4, open=False) as pool:
+        queue = job.Jobs(kinds=[Note], store=job.Table(pool), workers=4, poll_ms=50)
+        for n in range(200):
+            await queue.push(Note(n))
+        async with queue.serving(grace_ms=5_000):
+            await until("every row to run", lambda: len(_ran) >= 200, 30)
+        assert await queue.stats() == (0, 0, 0)
+        async with pool.connection() as conn:
+            assert conn.prepare_threshold == 5  # psycopg's own, as the application opened it
+    assert sorted(_ran) == list(range(200))
+    assert _said(caplog, logging.WARNING) == [
+        f"PostgreSQL at {_where(bouncer)} answers through a pooler ({LOOKED}), which nilo-job "
+        "was not told: the store now prepares no statement on the server and keeps no setting "
+        "on a session, as with nilo_pooler=true, and serve does not LISTEN through it (other "
+        "processes' rows are found by the poll); to say so yourself, pass job.Table(pool, "
+        "pooler=True), open the pool with AsyncConnectionPool(url, kwargs={'prepare_threshold': "
+        "None}) for your own statements through it, and nilo_listen_url=<the server's direct "
+        "URL, percent-encoded> (or listen_url=) for serve to be woken by other processes' "
+        "pushes at once; a pooler in session mode keeps sessions: job.Table(pool, "
+        "pooler=False) keeps them in use"
+    ]
+    assert "cannot reach PostgreSQL" not in caplog.text
+
+
+@pytest.fixture
+def untold_env(
+    lenient_bouncer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """The worker processes' environment: PgBouncer's URL, with nothing said about it, through
+    the PgBouncer that lets the workers' sessions open (so, without the look, their statements
+    prepared on shared sessions would meet each other's)."""
+    values = {
+        "NILO_TEST_STORE": lenient_bouncer,
+        "NILO_TEST_OUT": str(tmp_path),
+        "NILO_TEST_TIMEOUT_MS": "20000",
+        "NILO_TEST_POLL_MS": "100",
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+@pytest.fixture
+async def untold_queue(untold_env: dict[str, str]) -> AsyncIterator[job.Jobs]:
+    async for jobs in procs_queue():
+        yield jobs
+
+
+@pytest.mark.procs
+async def test_two_processes_not_told_of_pgbouncer_find_it_and_run_1000_rows_exactly_once(
+    untold_env: dict[str, str], untold_queue: job.Jobs, tmp_path: Path
+) -> None:
+    from tests.helpers import procs_kinds
+
+    workers = [start(untold_env, "--workers", "4") for _ in range(2)]
+    try:
+        # Eight rows that can only finish together: both processes take part in the claims.
+        await untold_queue.push_many([procs_kinds.Meet(n=n, of=8) for n in range(8)])
+        for n in range(ROWS):  # one at a time, from a third process, while they claim
+            await untold_queue.push(procs_kinds.Work(n=n))
+        deadline = time.monotonic() + 120
+        while (stats := await untold_queue.stats()).queued or stats.running:
+            assert time.monotonic() < deadline, f"not settled: {stats}"
+            await asyncio.sleep(0.1)
+    finally:
+        results = [stop(proc) for proc in workers]
+    count = _runs(tmp_path)
+    assert sorted(count) == list(range(ROWS))
+    assert set(count.values()) == {1}
+    assert procs_kinds.met(tmp_path) == {proc.pid: 4 for proc in workers}
+    for code, output in results:
+        assert code == 0, output
+        assert output.count("answers through a pooler") == 1, output
+        assert "cannot reach PostgreSQL" not in output, output
+        assert "Traceback" not in output, output
+
+
+async def test_a_store_told_of_no_transaction_pooler_keeps_sessions_behind_one_in_session_mode(
+    session_bouncer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`nilo_pooler=false` says a pooler in session mode (or none) is in between: the store does
+    not look, says nothing, and serve listens through it, woken by another store's push."""
+    caplog.set_level(logging.INFO, logger="nilo_job")
+    _ran.clear()
+    table = job.Table(f"{session_bouncer}?nilo_pooler=false")
+    queue = job.Jobs(kinds=[Note], store=table, workers=4, poll_ms=60_000)
+    other = job.Jobs(kinds=[Note], store=job.Table(f"{session_bouncer}?nilo_pooler=false"))
+    try:
+        async with queue.serving(grace_ms=5_000):
+            at = _where(session_bouncer)
+            said = f"listening for other processes' pushes on PostgreSQL at {at}"
+            await until("serve to listen", lambda: said in caplog.messages)
+            for n in range(20):
+                await other.push(Note(n))  # found at once: the poll is a minute away
+            await until("every row to run", lambda: len(_ran) >= 20, 10)
+        assert sorted(_ran) == list(range(20))
+        assert _said(caplog, logging.WARNING) == []
+    finally:
+        await table.close()
+        await other.store.close()

@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 import nilo_job as job
 from tests.helpers import ROOT
-from tests.helpers.serving import listening, until
+from tests.helpers.serving import listeners, listening, until
 
 ran: list[int] = []
 
@@ -685,35 +685,78 @@ def test_redis_space_refuses_a_sync_client() -> None:
         job.RedisSpace(redis.Redis(), name="x", ttl_s=10)
 
 
-async def test_serving_over_an_applications_pool_opens_no_connection_of_its_own(
-    pg_url: str,
+@dataclasses.dataclass
+class Parent:
+    """A run that pushes a row of its own, through the same table."""
+
+    nilo_job = "parent"
+    retry = job.Retry.NONE
+
+    n: int
+
+    async def run(self, jobs: job.Jobs) -> None:
+        await jobs.push(Welcome(1_000 + self.n))
+        ran.append(self.n)
+
+
+@pytest.mark.parametrize(
+    ("max_size", "queues"), [(1, 1), (2, 1), (1, 2)], ids=["one", "two", "one_two_queues"]
+)
+async def test_serve_over_an_applications_pool_of_any_size_runs_every_row(
+    pg_url: str, max_size: int, queues: int
 ) -> None:
-    """Claims, ends and the listener all use the pool's connections: the sessions on the
-    database never outnumber the pool."""
-    import psycopg
-
-    def sessions() -> int:
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            found = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()
-        return 0 if found is None else int(found[0])
-
+    """Claims, ends, the pruner and pushes from runs each check a connection out of the pool
+    for one call; serve's listener, which holds its connection for as long as serve runs, has
+    one of its own. So even one connection, shared by two serving queues, serves them all, and
+    the application can still check it out meanwhile."""
     ran.clear()
     async with AsyncConnectionPool(
-        pg_url, min_size=1, max_size=3, kwargs={"autocommit": True}, open=False
+        pg_url, min_size=1, max_size=max_size, kwargs={"autocommit": True}, open=False
     ) as pool:
-        queue = job.Jobs(kinds=[Welcome], store=job.Table(pool), poll_ms=50)
-        await queue.store.create_missing()
-        most = 0
+        served = [
+            job.Jobs(kinds=[Parent, Welcome], store=job.Table(pool), workers=4, poll_ms=50)
+            for _ in range(queues)
+        ]
+        await served[0].push_many([Parent(n) for n in range(60)])
+        async with contextlib.AsyncExitStack() as serving:
+            for queue in served:
+                await serving.enter_async_context(queue.serving(grace_ms=5_000))
+            await until("a listener per queue", lambda: listeners(pg_url) == queues)
+            async with pool.connection(timeout=2) as conn:  # not held by the store
+                await conn.execute("SELECT 1")
+            await until("every row and the rows they pushed", lambda: len(ran) == 120, 20)
+        assert await served[0].stats() == (0, 0, 0)
+    assert sorted(ran) == [*range(60), *range(1_000, 1_060)]
+
+
+async def test_the_urls_own_options_hold_on_every_connection_the_workers_use_too(
+    pg_url: str,
+) -> None:
+    """`options` in the URL (here a schema of the application's own, by `search_path`) is the
+    session's on every connection: the workers' settings do not replace it. Pushes, claims and
+    ends all find the table in that schema, and the public one stays empty."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("CREATE SCHEMA shop")
+    url = f"{pg_url}?options=-csearch_path%3Dshop"
+    table = job.Table(url)
+    queue = job.Jobs(kinds=[Welcome], store=table, workers=2, poll_ms=50)
+    try:
+        await table.create_missing()
+        ran.clear()
+        await queue.push_many([Welcome(n) for n in range(10)])
         async with queue.serving(grace_ms=5_000):
-            await until("the listener", lambda: listening(pg_url))
-            for user_id in range(30):
-                await queue.push(Welcome(user_id))
-                most = max(most, sessions())
-            await until("every row", lambda: len(ran) == 30)
-            most = max(most, sessions())
+            await until("every row", lambda: len(ran) == 10, 10)
         assert await queue.stats() == (0, 0, 0)
-    assert most <= 3, most
-    assert sorted(ran) == list(range(30))
+    finally:
+        await table.close()
+    with psycopg.connect(pg_url) as admin:
+        found = admin.execute(
+            "SELECT table_schema, count(*) FROM information_schema.tables "
+            "WHERE table_name = 'nilo_jobs' GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        public = admin.execute("SELECT count(*) FROM public.nilo_jobs").fetchone()
+    assert found == [("public", 1), ("shop", 1)]
+    assert public == (0,)
+    assert sorted(ran) == list(range(10))

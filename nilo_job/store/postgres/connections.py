@@ -14,15 +14,18 @@ opened from a URL has
   and return;
 - while serve runs, one connection that listens for other processes' pushes (`listen`).
 
-A store over an application's own pool opens no connection of its own: every statement checks
-one out of that pool (claims and ends then commit durably, since a session setting would outlive
-the checkout), and serve's listener holds one of the pool's connections while it runs. After a
-fork, the parent's pools and connections are replaced before anything reads them.
+A store over an application's own pool checks every statement's connection out of that pool and
+gives it back after the statement (claims and ends then commit durably, since a session setting
+would outlive the checkout), so a pool of any size serves: nothing holds one of its connections
+between calls. Serve's listener, which holds its connection for as long as serve runs, opens one
+of its own with the pool's connection string and arguments (`listening`). After a fork, the
+parent's pools and connections are replaced before anything reads them.
 
 Behind a pooler in transaction mode (`pooler=True`, see `pooler`) nothing relies on a
 session: no statement is prepared on the server, the workers' settings are taken by each claim's
 and end's transaction, and LISTEN goes to the direct `listen_url`, or nowhere (the poll finds
-every row).
+every row). A store told neither way looks for one as it opens (one told `pooler=False` does
+not), and at the first error only a pooler makes, and then does the same (`found_pooler`).
 
 Every wait on the server is bounded (`bounds`): a call not answered within `answer_ms` has its
 connection shut and raises `StoreUnavailable`, and the store's idle connections are replaced
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import threading
@@ -50,8 +54,17 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import StoreUnavailable
 from .. import _schema
-from .bounds import ANSWER_MS, ROWS_PER_BOUND, Deadline, bound_s, lost, with_timeout
-from .pooler import WORK_LOCAL, with_work_settings
+from .bounds import ANSWER_MS, ROWS_PER_BOUND, Deadline, bound_s, lost, shut, with_timeout
+from .pooler import (
+    WORK_LOCAL,
+    collided,
+    found_sentence,
+    preparing_nothing,
+    through_pooler,
+    with_work_settings,
+)
+
+log = logging.getLogger("nilo_job")
 
 DOWN = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 """The driver's exceptions that mean the server cannot be reached (or the pool gave up)."""
@@ -63,7 +76,14 @@ connection to a server that does not answer (psycopg_pool then says it gave up o
 REPLACE_EVERY_S = 1.0
 """The store's idle connections are replaced at most once in this many seconds."""
 
-_WORK = "-c synchronous_commit=off -c enable_bitmapscan=off -c enable_seqscan=off"  # workers
+WORK_SESSION = (
+    "SELECT set_config('synchronous_commit', 'off', false), "
+    "set_config('enable_bitmapscan', 'off', false), set_config('enable_seqscan', 'off', false)"
+)
+"""The workers' settings, taken by each of the workers' connections as it opens (a statement
+rather than the `options` startup parameter, which would replace the URL's own `options` and
+which PgBouncer refuses); behind a pooler in transaction mode, each transaction takes them for
+itself instead (`pooler.WORK_LOCAL`)."""
 
 Use = Literal["push", "claim", "end"]
 """What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
@@ -95,7 +115,9 @@ class Connections:
         pool: the application's own pool, or None for pools of the store's own.
         max_size: the most connections the store's own ordinary pool opens.
         target: the URL `nilo-job migrate` is given for this database, for sentences.
-        pooler: `conninfo` reaches the server through a pooler in transaction mode.
+        pooler: `conninfo` reaches the server through a pooler in transaction mode (True), or
+            not (False: no look at open, as for a pooler in session mode); None: the store
+            looks for one as it opens.
         listen_url: where LISTEN connects (a direct URL), or None: `conninfo` itself, or (with
             `pooler`) nowhere.
         answer_ms: how long the server has to answer one call, in milliseconds (`bound_s`).
@@ -108,7 +130,7 @@ class Connections:
         max_size: int,
         target: str,
         *,
-        pooler: bool = False,
+        pooler: bool | None = None,
         listen_url: str | None = None,
         answer_ms: int = ANSWER_MS,
     ) -> None:
@@ -125,22 +147,76 @@ class Connections:
         if pool is not None and isinstance(pool.kwargs, dict):
             self.kwargs = {k: v for k, v in pool.kwargs.items() if k != "autocommit"}
         self.max_size = max_size
-        self.pooler = pooler
-        self.plain: dict[str, Any] = {"prepare_threshold": None} if pooler else {}
-        self.work = self.plain if pooler else {"options": _WORK}
+        self.told = pooler is True  # the store was told of a pooler
+        self.pooler = pooler is True  # told, or found (`found_pooler`)
+        self.probed = pooler is not None  # looked for a pooler, or need not (told either way)
+        self.listener: psycopg.AsyncConnection[Any] | None = None  # serve's, while it listens
         self.listen_to = None if listen_url is None else with_timeout(listen_url, answer_ms)[0]
-        self.listens = listen_url is not None or not pooler
         self.work_pool: AsyncConnectionPool[Any] | None = None
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # id(own pool) -> its loop
         self.opening: asyncio.Lock | None = None
         self.kept = self._new_kept()
         self.pid = os.getpid()
 
+    def options(self) -> dict[str, Any]:
+        """The arguments of a new connection of the store's own: behind a pooler, that it
+        prepares nothing."""
+        return {"prepare_threshold": None} if self.pooler else {}
+
+    async def take_work_settings(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Give a new connection of the workers the workers' settings for its session
+        (`WORK_SESSION`); nothing behind a pooler, whose sessions are lent to others.
+
+        Raises:
+            psycopg.Error: the server did not answer.
+        """
+        if not self.pooler:
+            await conn.execute(WORK_SESSION, prepare=False)
+
     def listening_where(self) -> str | None:
-        """`host:port/dbname` where serve listens for other processes' pushes; None: nowhere."""
-        if not self.listens:
+        """`host:port/dbname` where serve listens for other processes' pushes; None: nowhere
+        (behind a pooler, without a `listen_url`)."""
+        if self.listen_to is None and self.pooler:
             return None
         return where(self.listen_to or self.conninfo)
+
+    def found_pooler(self, how: str) -> None:
+        """A pooler is in between, which the store was not told of, found by `how` (for the
+        log): from now on, as if told (`pooler`), said in one WARNING. serve's listener, if it
+        listens through the pooler, stops (its connection is shut: `listen` then sees why).
+        Calls already under way finish as they began."""
+        if self.pooler:
+            return
+        self.pooler = True
+        listens_direct = self.listen_to is not None
+        log.warning(
+            found_sentence(self.where, how, pool=not self.owns_pool, listen_url=listens_direct)
+        )
+        if self.listener is not None and not listens_direct:
+            shut(self.listener)
+
+    def collided(self, error: BaseException) -> bool:
+        """Whether `error` is one only a pooler makes (`pooler.collided`); if so, the store
+        carries on as behind one (`found_pooler`)."""
+        if not collided(error):
+            return False
+        self.found_pooler(f"{str(error).strip()}")
+        return True
+
+    async def _probe(self, conn: psycopg.AsyncConnection[Any], on: str) -> None:
+        """Look for a pooler on `conn`, once per store (`through_pooler`).
+
+        Raises:
+            psycopg.Error: the server did not answer.
+        """
+        with self.deadline(conn, "the check for a pooler", on):
+            behind = await through_pooler(conn)
+        self.probed = True
+        if behind:
+            self.found_pooler(
+                "the server process id a connection is given at its start is not the one that "
+                "runs its statements"
+            )
 
     def unavailable(self, error: Exception) -> StoreUnavailable:
         """`error` from the driver as the store's error, with a sentence."""
@@ -194,32 +270,53 @@ class Connections:
                 self.pool = None
         work = work and self.owns_pool
         current = self.work_pool if work else self.pool
-        if current is not None and not current.closed:
+        if current is not None and not current.closed and self.probed:
             return current
         if self.opening is None:
             self.opening = asyncio.Lock()
         async with self.opening:
+            if not self.owns_pool and self.pool is not None and not self.probed:
+                await self._probe_pool(self.pool)
             if work and (self.work_pool is None or self.work_pool.closed):
-                self.work_pool = await self._open_pool("nilo-job-work", 4, self.work)
+                self.work_pool = await self._open_pool("nilo-job-work", 4, work=True)
             if not work and (self.pool is None or self.pool.closed):
-                self.pool = await self._open_pool("nilo-job", self.max_size, self.plain)
+                self.pool = await self._open_pool("nilo-job", self.max_size, work=False)
                 self.owns_pool = True
         pool = self.work_pool if work else self.pool
         assert pool is not None
         return pool
 
-    async def _open_pool(
-        self, name: str, max_size: int, extra: dict[str, Any]
-    ) -> AsyncConnectionPool[Any]:
+    async def _probe_pool(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Look for a pooler on a connection of the application's `pool`.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached, or did not answer.
+        """
+        try:
+            async with pool.connection(timeout=self.timeout_s) as conn:
+                await self._probe(conn, "a connection of the application's pool")
+        except DOWN as error:
+            raise self.unavailable(error) from error
+
+    async def _open_pool(self, name: str, max_size: int, *, work: bool) -> AsyncConnectionPool[Any]:
         # One plain connection first: a server that is down or a wrong password is said at
-        # once, in the driver's words, instead of after the pool's timeout.
-        probe = await self.connect(**self.plain)
-        await probe.close()
+        # once, in the driver's words, instead of after the pool's timeout. The store looks
+        # for a pooler on it, before any connection is given the workers' settings (which a
+        # pooler refuses at connect).
+        probe = await self.connect(**self.options())
+        try:
+            if not self.probed:
+                await self._probe(probe, "the store's first connection")
+        except DOWN as error:
+            raise self.unavailable(error) from error
+        finally:
+            await probe.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.conninfo,
             min_size=1,
             max_size=max_size,
-            kwargs={**self.kwargs, "autocommit": True, **extra},
+            kwargs={**self.kwargs, "autocommit": True, **self.options()},
+            configure=self.take_work_settings if work else None,
             open=False,
             name=name,
             timeout=self.timeout_s,
@@ -261,12 +358,36 @@ class Connections:
         """`fn(conn)`, the call `what` (for sentences: "a claim"), on a pooled connection, in
         one transaction unless `transaction` is False (a single statement commits on its own,
         saving two round trips), within the store's bound for `rows` rows (none unless
-        `bounded`: a migration, which may wait for the application's locks).
+        `bounded`: a migration, which may wait for the application's locks). A call that met
+        an error only a pooler makes (`collided`) is made again once, preparing nothing: that
+        error came before its statement ran, and its transaction, if any, committed nothing.
 
         Raises:
             StoreUnavailable: the server cannot be reached, did not answer within the bound,
                 or the table is missing or older.
         """
+        try:
+            try:
+                return await self._run_once(fn, what, work, transaction, rows, bounded)
+            except psycopg.Error as error:
+                if not self.collided(error):
+                    raise
+            return await self._run_once(fn, what, work, transaction, rows, bounded)
+        except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
+            if lost(error):
+                await self.replace()  # the server went away (a restart): the others are gone
+            raise self.unavailable(error) from error
+
+    async def _run_once(
+        self,
+        fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        what: str,
+        work: bool,
+        transaction: bool,
+        rows: int,
+        bounded: bool,
+    ) -> T:
+        """`run`'s call, once; the driver's errors as they come."""
         pool = await self.get_pool(work=work)
         local = work and self.pooler and self.owns_pool  # the workers' settings, per transaction
         on = (
@@ -274,19 +395,17 @@ class Connections:
             else "a connection of the workers' pool" if work
             else "a connection of the pool"
         )  # fmt: skip
-        try:
-            async with pool.connection(timeout=self.timeout_s) as conn:
-                with self.deadline(conn, what, on, rows=rows, bounded=bounded):
-                    if not (transaction or local):
-                        return await fn(conn)
-                    async with conn.transaction():
-                        if local:
-                            await conn.execute(WORK_LOCAL)
-                        return await fn(conn)
-        except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
-            if lost(error):
-                await self.replace()  # the server went away (a restart): the others are gone
-            raise self.unavailable(error) from error
+        async with pool.connection(timeout=self.timeout_s) as conn:
+            with (
+                self.deadline(conn, what, on, rows=rows, bounded=bounded),
+                preparing_nothing(conn) if self.pooler else contextlib.nullcontext(),
+            ):
+                if not (transaction or local):
+                    return await fn(conn)
+                async with conn.transaction():
+                    if local:
+                        await conn.execute(WORK_LOCAL)
+                    return await fn(conn)
 
     async def replace(self) -> None:
         """Replace the store's idle connections, kept and pooled (an application's pool is the
@@ -310,14 +429,16 @@ class Connections:
         task.add_done_callback(self.replacing.discard)
 
     def _new_kept(self) -> dict[Use, Kept]:
-        return {use: Kept(self, use, self.plain if use == "push" else self.work) for use in USES}
+        return {use: Kept(self, use) for use in USES}
 
     async def kept_run(self, fn: Statement[T], use: Use, what: str, *, rows: int = 1) -> T:
         """`fn(cursor)`, one statement that commits on its own, on the connection kept for
         `use` (one-row pushes; serve's claims; serve's groups of ends, in the workers' session)
         and its cursor, when that is free, else on a new cursor of a pooled connection; the call
         `what` for `rows` rows, within the store's bound (see `run`). A store over an
-        application's pool keeps no connection of its own: it opens nothing behind it.
+        application's pool keeps no connection of its own: it opens nothing behind it. A call
+        that met an error only a pooler makes is made again once on a pooled connection,
+        preparing nothing (see `run`).
 
         Raises:
             StoreUnavailable: the server cannot be reached, did not answer within the bound,
@@ -333,9 +454,14 @@ class Connections:
             await self.get_pool(work=work)
             kept = self.kept[use]
         if self.owns_pool:
-            answer = await kept.run(
-                with_work_settings(fn) if work and self.pooler else fn, what, rows
-            )
+            try:
+                answer = await kept.run(
+                    with_work_settings(fn) if work and self.pooler else fn, what, rows
+                )
+            except psycopg.Error as error:
+                if not self.collided(error):
+                    raise
+                answer = BUSY  # made again below, on a pooled connection
             if not isinstance(answer, Busy):
                 return answer
         return await self.run(
@@ -344,33 +470,25 @@ class Connections:
 
     @contextlib.asynccontextmanager
     async def listening(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A connection in autocommit for LISTEN, for as long as the block lasts: one of its
-        own to `listen_url` when given, or for a store opened from a URL; one held out of the
-        application's pool otherwise (given back as it was found, with UNLISTEN).
+        """A connection of its own in autocommit for LISTEN, for as long as the block lasts: to
+        `listen_url` when given, else to the store's server (over an application's pool, with
+        the pool's connection string and arguments: a connection held for as long as serve
+        runs is never one of the pool's, which a pool of any size can then spare). Known as
+        `listener` meanwhile.
 
         Raises:
             StoreUnavailable: the server cannot be reached.
         """
-        if self.listen_to is not None or self.owns_pool or self.pool is None:
+        if self.listen_to is not None:
             conn = await self.connect(self.listen_to)
-            try:
-                yield conn
-            finally:
-                await conn.close()
-            return
+        else:
+            conn = await self.connect(**self.kwargs)
+        self.listener = conn
         try:
-            async with self.pool.connection(timeout=self.timeout_s) as conn:
-                autocommit = conn.autocommit
-                await conn.set_autocommit(True)
-                try:
-                    yield conn
-                finally:
-                    if not conn.closed:
-                        with contextlib.suppress(*DOWN):
-                            await conn.execute("UNLISTEN *")
-                            await conn.set_autocommit(autocommit)
-        except DOWN as error:
-            raise self.unavailable(error) from error
+            yield conn
+        finally:
+            self.listener = None
+            await conn.close()
 
     async def close(self) -> None:
         """Close what the store opened; an application's pool stays open."""
@@ -423,10 +541,10 @@ class Kept:
     closes it, or leaves that to the call using it at that moment.
     """
 
-    def __init__(self, connections: Connections, use: Use, options: dict[str, Any]) -> None:
+    def __init__(self, connections: Connections, use: Use) -> None:
         self.connections = connections
         self.on = f"the connection kept for {_PURPOSE[use]}"
-        self.options = options
+        self.work = use != "push"  # with the workers' settings
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.cur: psycopg.AsyncCursor[Any] | None = None  # the connection's one cursor
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -449,19 +567,28 @@ class Kept:
             if owner is not None and owner is not loop and not owner.is_closed():
                 return BUSY
             conn, cur = self.conn, self.cur
-            if conn is None or cur is None or conn.closed:
-                conn = await self.connections.connect(**self.options)
+            fresh = conn is None or cur is None or conn.closed
+            if fresh:
+                conn = await self.connections.connect(**self.connections.options())
                 cur = conn.cursor()
                 self.conn, self.cur = conn, cur
+            assert conn is not None
+            assert cur is not None
             self.loop = loop
+            if self.connections.pooler:
+                conn.prepare_threshold = None  # (opened before a pooler was found)
             try:
                 with self.connections.deadline(conn, what, self.on, rows=rows):
+                    if fresh and self.work:
+                        await self.connections.take_work_settings(conn)
                     return await fn(cur)
             except BaseException as error:
                 if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     # Broken, or cut off mid-statement: the next call opens a fresh one.
                     self.conn, self.cur, self.loop = None, None, None
                     await conn.close()
+                if collided(error):
+                    raise  # the server is fine: the caller makes the call again, unprepared
                 if lost(error):
                     await self.connections.replace()  # the server went away: the others too
                 if isinstance(error, (*DOWN, errors.UndefinedTable, errors.UndefinedColumn)):

@@ -42,19 +42,11 @@ ON = "the listener's connection"
 async def listen(connections: Connections, wake: Callable[[int | None], None]) -> None:
     """Call `wake(run_at)` for every row another process pushes, until cancelled; `wake(None)`
     (wake now) each time listening (re)starts, for rows pushed while nobody listened. Behind a
-    pooler with no direct URL to listen on, return at once: the poll finds every row. Either
-    way, say so in the log."""
-    at = connections.listening_where()
-    if at is None:
-        log.info(
-            "not listening for other processes' pushes: PostgreSQL at %s is behind a pooler "
-            "(pooler=True) and no listen_url was given; their rows are found by the poll "
-            "(poll_ms)", connections.where,
-        )  # fmt: skip
-        return
-    through = " (direct, beside the pooler)" if connections.pooler else ""
-    log.info("listening for other processes' pushes on PostgreSQL at %s%s", at, through)
+    pooler with no direct URL to listen on, return: at once, or as soon as the store finds that
+    pooler (`Connections.found_pooler`); the poll finds every row. Either way, say so in the
+    log."""
     pause = 0.05
+    said: str | None = None  # where the log says serve listens
 
     def started() -> None:
         nonlocal pause
@@ -62,10 +54,24 @@ async def listen(connections: Connections, wake: Callable[[int | None], None]) -
         wake(None)  # rows pushed while nobody listened
 
     while True:
+        at = connections.listening_where()
+        if at is None:
+            log.info(
+                "not listening for other processes' pushes: PostgreSQL at %s is behind a pooler "
+                "(%s) and no listen_url was given; their rows are found by the poll (poll_ms)",
+                connections.where, "pooler=True" if connections.told else "found, not told",
+            )  # fmt: skip
+            return
+        if at != said:
+            through = " (direct, beside the pooler)" if connections.pooler else ""
+            log.info("listening for other processes' pushes on PostgreSQL at %s%s", at, through)
+            said = at
         try:
             async with connections.listening() as conn:
                 await _session(connections, conn, wake, started)
         except (*DOWN, StoreUnavailable) as error:
+            if connections.listening_where() is None:
+                continue  # a pooler was found in between: its connection was shut
             log.warning("listening for pushes failed (%s); listening again in %.2f s", error, pause)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 5.0)

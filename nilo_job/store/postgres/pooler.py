@@ -1,23 +1,36 @@
-"""A pooler between the PostgreSQL store and its server: what `job.Table` is told about it.
+"""A pooler between the PostgreSQL store and its server: what `job.Table` is told about it, and
+what the store finds out by itself.
 
 Behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`) a client connection
 is lent a server connection for one transaction at a time, so the store must rely on no session
 (`prepare_threshold=None`: nothing is prepared on the server; the workers' settings, which
 PgBouncer refuses as the `options` startup parameter, taken by each claim's and end's own
-transaction; LISTEN, which needs a session of its own, on a direct URL or not at all). It cannot
-tell from the connection that a pooler is there, so it is told: `job.Table(url, pooler=True,
-listen_url=direct)`, or the same in the URL itself, for a deployment that has one setting for the
-database, e.g.
+transaction; LISTEN, which needs a session of its own, on a direct URL or not at all). It is told
+so with `job.Table(url, pooler=True, listen_url=direct)`, or the same in the URL itself, for a
+deployment that has one setting for the database, e.g.
 
     postgresql://app@bouncer:6432/app?nilo_pooler=true&nilo_listen_url=postgresql%3A%2F%2Fapp%40db%2Fapp
 
 `nilo_pooler` and `nilo_listen_url` (percent-encoded) are read and taken out of the URL before
 libpq sees it (libpq refuses parameters it does not know); every other parameter stays as it is.
+
+A store told neither way (`pooler=None`, the default) finds out (`Connections.found_pooler`),
+and from then on does the same, saying so in one WARNING (`found_sentence`):
+
+- when it opens (not when told `pooler=False`, as for a pooler in session mode, which keeps
+  sessions): a pooler hands its clients a server process id of its own making (it must, to
+  route their cancels), so the id a connection was given at its start is not the
+  `pg_backend_pid()` that runs its statements (`through_pooler`);
+- at the first error that only a pooler lending sessions to several clients makes, should one
+  keep the server's process ids (`collided`): a statement psycopg prepared meeting another
+  client's of the same name, or missing from the session it was lent. Those errors come before
+  the statement runs, and a failed transaction commits nothing, so the call is made again once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -29,6 +42,11 @@ from ..._errors import Refusal
 
 POOLER = "nilo_pooler"
 LISTEN_URL = "nilo_listen_url"
+
+COLLIDED = frozenset({"42P05", "26000"})
+"""SQLSTATEs of a prepared statement on a session a pooler lends to several clients: `prepared
+statement "_pg3_0" already exists` (another client's), `… does not exist` (prepared on another
+session)."""
 
 WORK_LOCAL = (
     "SELECT set_config('synchronous_commit', 'off', true), "
@@ -42,29 +60,31 @@ to others)."""
 @dataclass(frozen=True)
 class Pooler:
     """What the store knows of a pooler: `conninfo` without nilo-job's parameters; `pooler`:
-    a pooler in transaction mode is in between; `listen_url`: the direct URL LISTEN uses, or
-    None."""
+    a pooler in transaction mode is in between (True), is not (False), or the store looks
+    (None); `listen_url`: the direct URL LISTEN uses, or None."""
 
     conninfo: str
-    pooler: bool
+    pooler: bool | None
     listen_url: str | None
 
 
-def read_pooler(url: str, pooler: bool, listen_url: str | None) -> Pooler:
-    """`url`'s own `nilo_pooler` / `nilo_listen_url`, merged with the keyword arguments.
+def read_pooler(url: str, pooler: bool | None, listen_url: str | None) -> Pooler:
+    """`url`'s own `nilo_pooler` / `nilo_listen_url`, merged with the keyword arguments: a
+    pooler said to be there by either is there; else one said not to be by either is not; else
+    None (the store looks).
 
     Raises:
-        Refusal: `pooler` is not a bool or the URL's value not `true` or `false`, `listen_url`
-            is given twice and differently, or it is not a URL PostgreSQL reads.
+        Refusal: `pooler` is not a bool or None, or the URL's value not `true` or `false`,
+            `listen_url` is given twice and differently, or it is not a URL PostgreSQL reads.
     """
-    if not isinstance(pooler, bool):
-        raise Refusal(f"job.Table(..., pooler={pooler!r}): pass True or False")
+    if pooler is not None and not isinstance(pooler, bool):
+        raise Refusal(f"job.Table(..., pooler={pooler!r}): pass True, False or None")
     conninfo, found = _split(url)
     said = found.get(POOLER)
     if said is not None:
         if said.lower() not in ("true", "false"):
             raise Refusal(f"{POOLER}={said!r} in the URL: write {POOLER}=true or {POOLER}=false")
-        pooler = pooler or said.lower() == "true"
+        pooler = bool(pooler) or said.lower() == "true"
     in_url = found.get(LISTEN_URL)
     if in_url is not None and listen_url is not None and in_url != listen_url:
         raise Refusal(
@@ -107,6 +127,71 @@ def with_work_settings(
             return await fn(cur)
 
     return run
+
+
+async def through_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether `conn` reaches its server through a pooler: the server process id it was given at
+    its start (which a pooler makes up) is not the one that runs its statements. One round trip;
+    nothing is prepared.
+
+    Raises:
+        psycopg.Error: the server did not answer.
+    """
+    cur = await conn.execute("SELECT pg_backend_pid()", prepare=False)
+    found = await cur.fetchone()
+    return found is not None and found[0] != conn.info.backend_pid
+
+
+def collided(error: BaseException) -> bool:
+    """Whether `error` is a statement psycopg prepared meeting a session a pooler lends to several
+    clients: another client's of the same name, none of that name (`COLLIDED`), or one whose
+    parameters are not the bind message's (08P01, `bind message supplies 5 parameters, but
+    prepared statement "_pg3_0" requires 4`). Each comes before the statement runs."""
+    if not isinstance(error, psycopg.Error):
+        return False
+    if error.sqlstate in COLLIDED:
+        return True
+    return error.sqlstate == "08P01" and "prepared statement" in str(error)
+
+
+@contextlib.contextmanager
+def preparing_nothing(conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
+    """`conn` prepares no statement on the server for the block, and is given back as it was
+    found (a connection of the application's pool stays the application's)."""
+    threshold = conn.prepare_threshold
+    conn.prepare_threshold = None
+    try:
+        yield
+    finally:
+        conn.prepare_threshold = threshold
+
+
+def found_sentence(where: str, how: str, *, pool: bool, listen_url: bool) -> str:
+    """The one WARNING of a store that found a pooler it was not told of, at `where`, by `how`;
+    `pool`: the store is over the application's pool; `listen_url`: it has a direct URL for
+    LISTEN."""
+    listening = (
+        "" if listen_url else
+        ", and serve does not LISTEN through it (other processes' rows are found by the poll)"
+    )  # fmt: skip
+    if pool:
+        say = (
+            "pass job.Table(pool, pooler=True), open the pool with "
+            "AsyncConnectionPool(url, kwargs={'prepare_threshold': None}) for your own "
+            "statements through it"
+        )
+    else:
+        say = f"put {POOLER}=true in the URL (or pass pooler=True)"
+    if not listen_url:
+        say += f", and {LISTEN_URL}=<the server's direct URL, percent-encoded> (or listen_url=) "
+        say += "for serve to be woken by other processes' pushes at once"
+    session = "job.Table(pool, pooler=False)" if pool else f"{POOLER}=false (or pooler=False)"
+    return (
+        f"PostgreSQL at {where} answers through a pooler ({how}), which nilo-job was not told: "
+        "the store now prepares no statement on the server and keeps no setting on a session, "
+        f"as with {POOLER}=true{listening}; to say so yourself, {say}; a pooler in session "
+        f"mode keeps sessions: {session} keeps them in use"
+    )
 
 
 def check_pool(kwargs: Any) -> None:

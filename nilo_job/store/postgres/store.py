@@ -56,9 +56,13 @@ class PostgresTable:
         target: a `postgresql://` connection string, or a `psycopg_pool.AsyncConnectionPool`
             the application already has (it stays the application's: `close` leaves it open).
         max_size: the most connections the store's own pool opens (with a URL only).
-        pooler: `target` reaches the server through a pooler in transaction mode, such as
-            PgBouncer's `pool_mode = transaction` (also `?nilo_pooler=true` in the URL): no
-            statement is prepared on the server and no session setting is relied on.
+        pooler: True: `target` reaches the server through a pooler in transaction mode, such
+            as PgBouncer's `pool_mode = transaction` (also `?nilo_pooler=true` in the URL): no
+            statement is prepared on the server and no session setting is relied on. None (the
+            default): the store looks for one as it opens, and at the first error only such a
+            pooler makes, and then does the same, with one WARNING that says what to set.
+            False (`?nilo_pooler=false`): no pooler in transaction mode; the store does not
+            look as it opens (a pooler in session mode keeps sessions, and LISTEN, working).
         listen_url: the server's direct `postgresql://` URL, for the one connection serve
             keeps in LISTEN (also `?nilo_listen_url=` in the URL, percent-encoded); with
             `pooler` and none given, serve does not listen and finds other processes' rows by
@@ -83,7 +87,7 @@ class PostgresTable:
         target: str | AsyncConnectionPool[Any],
         *,
         max_size: int = 10,
-        pooler: bool = False,
+        pooler: bool | None = None,
         listen_url: str | None = None,
         answer_ms: int = ANSWER_MS,
     ) -> None:
