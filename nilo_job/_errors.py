@@ -91,15 +91,9 @@ for _public in (
     _public.__module__ = "nilo_job"
 
 
-MOST_MS = 10 * 365 * 86_400_000
-"""The longest duration a setting takes, in milliseconds: ten years (a timeout, a retry's wait,
-a schedule's period, a poll, a retention). Every time the queue derives from one still fits the
-64-bit microseconds a store keeps."""
-
-
 def is_int(value: object, least: int | None = None, most: int | None = None) -> TypeGuard[int]:
     """Whether `value` is an int (a bool is not) from `least` to `most`, both included; a bound
-    that is None sets no limit. The check behind every `Refusal` of a count, a size or a time."""
+    that is None sets no limit. The check under `_bounds.whole`, which says why in a sentence."""
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     return (least is None or value >= least) and (most is None or value <= most)

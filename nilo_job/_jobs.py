@@ -25,10 +25,12 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import overload
 
-from ._errors import MOST_MS, Refusal, is_int, refuse_within
+from ._bounds import FIGURE, LAST_US, MS, POSITIVE_MS, WORKERS, moment, whole
+from ._bounds import row_id as check_row_id
+from ._errors import Refusal, refuse_within
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
 from ._observers import Observer
-from ._operator import Operator, is_row_id
+from ._operator import Operator
 from ._producer import Producer
 from ._spaces import Space
 from ._sync import SyncJobs
@@ -40,19 +42,11 @@ from ._worker.runner import Runner
 from ._worker.server import Server
 from .store.contract import Store
 
-SEED_MOST_US = 221845392000000000
-"""The latest moment `seed_at` takes (µs): the year 9000, so that every schedule's next tick
-after it is still a time a store and a calendar can hold."""
+SEED_MOST_US = LAST_US
+"""The latest moment `seed_at` takes (µs): the year 9000, as every call that takes a moment."""
 
 RETENTION_MS = 3_600_000
 """How long a done row is kept by default, in milliseconds: an hour."""
-
-
-def _positive(name: str, value: object, most: int | None = None) -> int:
-    if not is_int(value, 1, most):
-        bound = "" if most is None else f" up to {most:,}"
-        raise Refusal(f"job.Jobs({name}={value!r}) takes a positive int{bound}")
-    return value
 
 
 _STORE_METHODS = tuple(
@@ -115,15 +109,10 @@ class Jobs:
                 f"job.Jobs(status={status!r}): pass job.MemorySpace(ttl_s=600) or "
                 "job.RedisSpace(client, name=..., ttl_s=600)"
             )
-        workers = _positive("workers", workers)
-        self.poll_ms = _positive("poll_ms", poll_ms, MOST_MS)
-        self.timeout_ms = _positive("timeout_ms", timeout_ms, MOST_MS)
-        if not is_int(retention_ms, 0, MOST_MS):
-            raise Refusal(
-                f"job.Jobs(retention_ms={retention_ms!r}) takes whole milliseconds, from 0 to "
-                f"{MOST_MS:,} (ten years)"
-            )
-        self.retention_ms = retention_ms
+        workers = whole(workers, WORKERS, "job.Jobs(workers={})", "workers")
+        self.poll_ms = whole(poll_ms, POSITIVE_MS, "job.Jobs(poll_ms={})", "poll_ms")
+        self.timeout_ms = whole(timeout_ms, POSITIVE_MS, "job.Jobs(timeout_ms={})", "timeout_ms")
+        self.retention_ms = whole(retention_ms, MS, "job.Jobs(retention_ms={})", "retention_ms")
         self.store = store
         self.deps = deps
         self.space = status
@@ -149,13 +138,13 @@ class Jobs:
         """Rows running at once in this process under `serve` (settable before it starts).
 
         Raises:
-            Refusal: (on setting) not a positive int.
+            Refusal: (on setting) not an int from 1 to 100,000.
         """
         return self._server.workers
 
     @workers.setter
     def workers(self, value: int) -> None:
-        self._server.workers = _positive("workers", value)
+        self._server.workers = whole(value, WORKERS, "jobs.workers = {}", "workers")
 
     @functools.cached_property
     def sync(self) -> SyncJobs:
@@ -332,7 +321,7 @@ class Jobs:
             finishes), or if there is no such row.
 
         Raises:
-            Refusal: `row_id` is not an int.
+            Refusal: `row_id` is not an int from 1 to 2**63 - 1.
             StoreUnavailable: the store cannot be reached.
         """
         return await self._operator.cancel(row_id)
@@ -365,7 +354,7 @@ class Jobs:
             True if the row was dead; False if there is no dead row with that id.
 
         Raises:
-            Refusal: `row_id` is not an int.
+            Refusal: `row_id` is not an int from 1 to 2**63 - 1.
             StoreUnavailable: the store cannot be reached.
         """
         return await self._operator.retry_dead(row_id)
@@ -376,7 +365,7 @@ class Jobs:
         once a worker runs them.
 
         Raises:
-            Refusal: `row_id` is not an int.
+            Refusal: `row_id` is not an int from 1 to 2**63 - 1.
         """
         return await self._operator.status(row_id)
 
@@ -388,10 +377,10 @@ class Jobs:
         for a row that is not running in this process (progress is the run's own figure).
 
         Raises:
-            Refusal: `n` is not an int.
+            Refusal: `row_id` is not a row id, or `n` is not a 64-bit int.
         """
-        if not is_int(n):
-            raise Refusal(f"progress(row, n={n!r}): n is an int the kind gives a meaning to")
+        check_row_id(row_id, "progress({}, n)")
+        whole(n, FIGURE, "progress(row, n={})", "n")
         await self._runner.progress(row_id, n)
 
     async def ready(self) -> bool:
@@ -425,12 +414,7 @@ class Jobs:
             Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
             StoreUnavailable: the store cannot be reached.
         """
-        if not is_int(now_us, 0, SEED_MOST_US):
-            raise Refusal(
-                f"seed_at({now_us!r}): microseconds since the epoch, as an int from 0 to "
-                f"{SEED_MOST_US:,} (the year 9000)"
-            )
-        await self._parts.ticks.seed_at(now_us)
+        await self._parts.ticks.seed_at(moment(now_us, "seed_at({})", "now_us"))
 
     # ------------------------------------------------------------------------------ running
 
@@ -453,7 +437,7 @@ class Jobs:
             How many runs were called.
 
         Raises:
-            Refusal: `now_us` is not an int a store can hold.
+            Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
         """
         return await self._drain.drain_at(now_us)
 
@@ -468,7 +452,7 @@ class Jobs:
         and the next due row is taken instead.
 
         Raises:
-            Refusal: `now_us` is not an int a store can hold.
+            Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
         """
         return await self._drain.run_one_at(now_us)
 
@@ -525,11 +509,9 @@ class Jobs:
             The row, or None when there is no row with that id (any more).
 
         Raises:
-            Refusal: `row_id` is not an int.
+            Refusal: `row_id` is not an int from 1 to 2**63 - 1.
             StoreUnavailable: the store cannot be reached.
         """
-        if not is_row_id(row_id):
-            return None
         return await self._operator.row(row_id)
 
     async def find(self, where: Where, *, after: str | None = None, limit: int = 100) -> Found:
@@ -633,11 +615,10 @@ class Jobs:
         test's clock, or a cron job of yours). How many went; 0 with `retention_ms=0`.
 
         Raises:
-            Refusal: `now_us` is not an int.
+            Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
             StoreUnavailable: the store cannot be reached.
         """
-        if not is_int(now_us):
-            raise Refusal(f"prune_at({now_us!r}): microseconds since the epoch, as an int")
+        moment(now_us, "prune_at({})", "now_us")
         if self._pruner is None:
             return 0
         return await self._pruner.prune_at(now_us)

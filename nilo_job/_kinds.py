@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._bounds import POSITIVE_MS, whole
 from ._codec import Codec, field_names, is_record, required
-from ._errors import MOST_MS, Refusal, TimedOut, is_int
+from ._errors import Refusal, TimedOut
 from ._schedule import Schedule
 from ._types import Missed, Overlap, Retry, Run, Tick
 
@@ -220,12 +221,7 @@ def _read_timeout(cls: type) -> int | None:
     value = getattr(cls, "timeout_ms", None)
     if value is None:
         return None
-    if not is_int(value, 1, MOST_MS):
-        raise Refusal(
-            f"{cls.__name__}.timeout_ms is {value!r}; it is a positive int of milliseconds, at "
-            f"most {MOST_MS:,} (ten years), like timeout_ms = 300_000"
-        )
-    return value
+    return whole(value, POSITIVE_MS, f"{cls.__name__}.timeout_ms = {{}}", "timeout_ms")
 
 
 def _read_schedule(cls: type) -> tuple[Schedule | None, Overlap | None, Missed | None]:

@@ -13,8 +13,10 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 
+from ._bounds import ROW_ID, ROWS, Span, row_ids, whole
+from ._bounds import row_id as check_row_id
 from ._codec import plain
-from ._errors import Refusal, is_int
+from ._errors import Refusal
 from ._types import Dead, Flow, Found, Row, State, Stats, Status, Where, is_unicode
 from ._worker.parts import Parts
 from ._worker.ticks import SCHEDULE_KEY
@@ -25,6 +27,12 @@ BATCH = 500
 
 PAGE_MOST = 1_000
 """The most rows one page of `find` holds."""
+
+DEAD_MOST = 100_000
+"""The most rows one call of `dead_ones` reads."""
+
+MINUTES = Span(1, 1_440, "whole minutes", "a day")
+"""The windows `flow` reads."""
 
 SAMPLE = 1_000
 """The done rows per kind whose durations give a flow's p50 and p95."""
@@ -76,7 +84,11 @@ def read_cursor(cursor: str) -> tuple[int, int]:
         Refusal: it is not one.
     """
     found = _CURSOR.match(cursor) if isinstance(cursor, str) else None
-    if found is None or not INT64_MIN <= int(found[1]) <= INT64_MAX:
+    if (
+        found is None
+        or not INT64_MIN <= int(found[1]) <= INT64_MAX
+        or not ROW_ID.least <= int(found[2]) <= ROW_ID.most
+    ):
         raise Refusal(f"after={cursor!r} is not a cursor find() gave (its Found.next)")
     return int(found[1]), int(found[2])
 
@@ -118,8 +130,7 @@ class Operator:
 
     async def cancel(self, row_id: int) -> bool:
         """`Jobs.cancel`."""
-        if not is_row_id(row_id):
-            return False
+        check_row_id(row_id, "cancel({})")
         tick = await self.ticks.holding(row_id)
         gone = await self.store.cancel(row_id)
         if gone:
@@ -134,14 +145,12 @@ class Operator:
 
     async def dead_ones(self, limit: int) -> list[Dead]:
         """`Jobs.dead_ones`."""
-        if not is_int(limit, 1, 100_000):
-            raise Refusal(f"dead_ones(limit={limit!r}): a count of rows, from 1 to 100,000")
+        whole(limit, Span(1, DEAD_MOST, "a count of rows"), "dead_ones(limit={})", "limit")
         return [dead_of(row) for row in await self.store.dead_ones(limit)]
 
     async def retry_dead(self, row_id: int) -> bool:
         """`Jobs.retry_dead`."""
-        if not is_row_id(row_id):
-            return False
+        check_row_id(row_id, "retry_dead({})")
         again = await self.store.retry_dead(row_id, self.clock.now())
         if again:
             await self.statuses.put(row_id, State.QUEUED, 0)
@@ -150,7 +159,8 @@ class Operator:
 
     async def status(self, row_id: int) -> Status | None:
         """`Jobs.status`."""
-        if not is_row_id(row_id) or self.statuses.space is None:
+        check_row_id(row_id, "status({})")
+        if self.statuses.space is None:
             return None
         return await self.statuses.get(row_id)
 
@@ -165,14 +175,14 @@ class Operator:
     # ------------------------------------------------------------------------------ reading
 
     async def row(self, row_id: int) -> Row | None:
+        check_row_id(row_id, "row({})")
         view = await self.store.row(row_id)
         return None if view is None else row_of(view)
 
     async def find(self, where: Where, after: str | None, limit: int) -> Found:
         if not isinstance(where, Where):
             raise Refusal(f"find({where!r}): pass a job.Where(state=..., kind=..., error=...)")
-        if not is_int(limit, 1, PAGE_MOST):
-            raise Refusal(f"find(limit={limit!r}): a count of rows, from 1 to {PAGE_MOST:,}")
+        whole(limit, Span(1, PAGE_MOST, "a count of rows"), "find(limit={})", "limit")
         if where.state is None:
             if after is not None:
                 raise Refusal("find(after=...) pages through one state: give Where(state=...)")
@@ -250,8 +260,8 @@ class Operator:
     ) -> int:
         """Act on the rows of `target` in `states`, a batch at a time, at most `at_most` rows;
         how many it changed."""
-        if at_most is not None and not is_int(at_most, 0):
-            raise Refusal(f"{verb}_many(at_most={at_most!r}): a count of rows, 0 or more")
+        if at_most is not None:
+            whole(at_most, ROWS, f"{verb}_many(at_most={{}})", "at_most")
         if isinstance(target, Where):
             if target.state is not None and target.state not in states:
                 raise Refusal(
@@ -262,7 +272,7 @@ class Operator:
             if target.state is not None:
                 wheres = [target]
         elif isinstance(target, Sequence) and not isinstance(target, str | bytes):
-            ids = [row_id for row_id in target if is_row_id(row_id)]
+            ids = list(row_ids(target, f"{verb}_many({{}})"))
             wheres = [
                 Where(state=s, ids=tuple(ids[i : i + BATCH]))
                 for s in states
@@ -314,8 +324,7 @@ class Operator:
     # --------------------------------------------------------------------------------- flow
 
     async def flow(self, minutes: int) -> list[Flow]:
-        if not is_int(minutes, 1, 1_440):
-            raise Refusal(f"flow(minutes={minutes!r}): a whole number of minutes, 1 to 1,440")
+        whole(minutes, MINUTES, "flow(minutes={})", "minutes")
         now = self.clock.now()
         first = now - now % 60_000_000 - (minutes - 1) * 60_000_000
         starts = [first + i * 60_000_000 for i in range(minutes)]
@@ -349,14 +358,3 @@ class Operator:
                 )
             )
         return flows
-
-
-def is_row_id(row_id: object) -> bool:
-    """Whether `row_id` could name a row (a positive 64-bit int).
-
-    Raises:
-        Refusal: `row_id` is not an int.
-    """
-    if not is_int(row_id):
-        raise Refusal(f"a row id is the int that push returned, not {row_id!r}")
-    return 0 < row_id <= INT64_MAX

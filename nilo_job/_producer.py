@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ._clock import datetime_to_us
-from ._errors import Refusal, is_int
+from ._bounds import due, moment
+from ._errors import Refusal
 from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
 from ._spaces import Space
 from ._types import State
 from ._worker.handover import HandOver
 from ._worker.parts import Parts
-from .store.contract import INT64_MAX, INT64_MIN, NewRow
+from .store.contract import NewRow
 
 
 class Producer:
@@ -45,38 +45,31 @@ class Producer:
         return await self.store.push(rows)
 
     def new_row(
-        self, value: object, after_ms: int | None, at: int | datetime | None, unique: str | None
+        self,
+        value: object,
+        after_ms: int | None,
+        at: int | datetime | None,
+        unique: str | None,
+        call: str = "push",
     ) -> tuple[Kind, NewRow]:
-        """`value` as a row to insert, its options checked.
+        """`value` as a row to insert, its options checked (`call` names the call in a refusal).
 
         Raises:
-            Refusal: `value` is not of a kind of this queue, the options cannot go together, or
-                the payload cannot round-trip.
+            Refusal: `value` is not of a kind of this queue, the options cannot go together, a
+                time is not one a store can hold (`_bounds`), or the payload cannot round-trip.
         """
         kind = self.kinds.get(type(value))
         if kind is None:
             raise Refusal(not_a_kind(value, list(self.kinds)))
         if after_ms is not None and at is not None:
-            raise Refusal("push takes after_ms or at, not both: one says when the row is due")
+            raise Refusal(f"{call} takes after_ms or at, not both: one says when the row is due")
         now = self.clock.now()
         if after_ms is not None:
-            if not is_int(after_ms, 0):
-                raise Refusal(f"after_ms={after_ms!r}: a whole number of milliseconds, 0 or more")
-            run_at = now + after_ms * 1_000
+            run_at = due(now, after_ms, f"{call}(after_ms={{}})")
         elif at is not None:
-            if isinstance(at, datetime):
-                run_at = datetime_to_us(at)
-            elif not is_int(at):
-                raise Refusal(f"at={at!r}: microseconds since the epoch (int) or an aware datetime")
-            else:
-                run_at = at
+            run_at = moment(at, f"{call}(at={{}})", "at")
         else:
             run_at = now
-        if not INT64_MIN <= run_at <= INT64_MAX:
-            raise Refusal(
-                f"the row would be due at {run_at} µs since the epoch, which no store can hold "
-                "(64-bit microseconds reach the year 294,247): pass a nearer time"
-            )
         if unique is not None:
             if not isinstance(unique, str) or not unique:
                 raise Refusal(f"unique={unique!r}: a non-empty str key")
@@ -143,7 +136,7 @@ class Producer:
         """`Jobs.push_many`: the new rows' ids, in order."""
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
             raise Refusal("push_many takes a list of values (instances of the queue's kinds)")
-        made = [self.new_row(value, after_ms, at, None) for value in values]
+        made = [self.new_row(value, after_ms, at, None, "push_many") for value in values]
         if not made:
             return []
         rows = [row for _kind, row in made]
@@ -162,7 +155,7 @@ class Producer:
         unique: str | None,
     ) -> int | None:
         """`Jobs.push_in`: the new row's id (visible once `tx` commits), or None."""
-        kind, row = self.new_row(value, after_ms, at, unique)
+        kind, row = self.new_row(value, after_ms, at, unique, "push_in")
         with self.observers.pushing(kind.name):
             (row_id,) = await self.store.push_in(tx, [row])
             self.observers.pushed([row], [row_id])
@@ -182,7 +175,7 @@ class Producer:
         Raises:
             Refusal: the store writes through no synchronous transaction, or as `push_in`.
         """
-        kind, row = self.new_row(value, after_ms, at, unique)
+        kind, row = self.new_row(value, after_ms, at, unique, "push_in")
         push_in_now = getattr(self.store, "push_in_now", None)
         if not callable(push_in_now):
             raise Refusal(

@@ -17,8 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from ._bounds import POSITIVE_MS, TICK_LAST_US, moment, whole
 from ._clock import datetime_to_us
-from ._errors import MOST_MS, Refusal, is_int
+from ._errors import Refusal
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -54,9 +55,14 @@ class Cron:
     _zone: ZoneInfo | timezone = field(default=UTC, repr=False, compare=False)
 
     def next(self, after_us: int) -> int:
-        """The first tick strictly after `after_us` (µs since the epoch)."""
-        moment = (_EPOCH + timedelta(microseconds=after_us)).astimezone(self._zone)
-        for tick in CronSim(self.expr, moment):
+        """The first tick strictly after `after_us` (µs since the epoch).
+
+        Raises:
+            Refusal: `after_us` is not a moment from 1970 to the year 9900.
+        """
+        after_us = moment(after_us, "cron(...).next({})", "after_us", TICK_LAST_US)
+        start = (_EPOCH + timedelta(microseconds=after_us)).astimezone(self._zone)
+        for tick in CronSim(self.expr, start):
             # In an hour a DST change repeats, a wall time happens twice. A time of day runs
             # once, at the first (the second is the one whose fold=0 reading is another
             # instant); an interval (a wildcard minute or hour, as `0 * * * *` or `*/30 ...`)
@@ -83,8 +89,12 @@ class Every:
     ms: int
 
     def next(self, after_us: int) -> int:
-        """`after_us + ms`: the first tick of a series seeded at `after_us`."""
-        return after_us + self.ms * 1_000
+        """`after_us + ms`: the first tick of a series seeded at `after_us`.
+
+        Raises:
+            Refusal: `after_us` is not a moment from 1970 to the year 9900.
+        """
+        return moment(after_us, "every(...).next({})", "after_us", TICK_LAST_US) + self.ms * 1_000
 
     def following(self, due_us: int, now_us: int) -> int:
         """The first tick after `now_us` on the grid `due_us + k·ms`: lateness never moves it."""
@@ -148,14 +158,9 @@ def every(ms: int) -> Every:
     """A schedule that ticks every `ms` milliseconds, first `ms` after it is seeded.
 
     Raises:
-        Refusal: `ms` is not a positive int.
+        Refusal: `ms` is not an int from 1 to ten years of milliseconds.
     """
-    if not is_int(ms, 1, MOST_MS):
-        raise Refusal(
-            f"job.every({ms!r}) takes a whole number of milliseconds from 1 to {MOST_MS:,} "
-            "(ten years)"
-        )
-    return Every(ms)
+    return Every(whole(ms, POSITIVE_MS, "job.every({})", "ms"))
 
 
 def _check_field(expr: str, name: str, text: str, low: int, high: int) -> None:

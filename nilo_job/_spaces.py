@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ._errors import MOST_MS, Refusal, is_int
+from ._bounds import MOST_MS, Span, seconds, whole
+from ._errors import Refusal, is_int
 from ._types import State, Status
+
+TTL_S = Span(1, MOST_MS // 1_000, "whole seconds", "ten years")
+"""A `RedisSpace`'s time to live."""
 
 
 @runtime_checkable
@@ -56,18 +60,9 @@ class MemorySpace:
         max_keys: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if (
-            isinstance(ttl_s, bool)
-            or not isinstance(ttl_s, int | float)
-            or not 0 < ttl_s <= MOST_MS / 1_000  # (NaN compares False: refused too)
-        ):
-            raise Refusal(
-                f"MemorySpace(ttl_s={ttl_s!r}) takes a positive number of seconds, at most "
-                f"{MOST_MS // 1_000:,} (ten years)"
-            )
+        self.ttl_s = seconds(ttl_s, "MemorySpace(ttl_s={})", "ttl_s")
         if not is_int(max_keys, 1):
             raise Refusal(f"MemorySpace(max_keys={max_keys!r}) takes a positive int")
-        self.ttl_s = float(ttl_s)
         self.max_keys = max_keys
         self._clock = clock
         self._items: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
@@ -125,7 +120,8 @@ class RedisSpace:
         ttl_s: how long, in seconds, a key is remembered after it was put.
 
     Raises:
-        Refusal: `client` is not an asyncio Redis client, or `ttl_s` is not positive.
+        Refusal: `client` is not an asyncio Redis client, or `ttl_s` is not whole seconds from 1
+            to ten years.
     """
 
     def __init__(self, client: Redis | Any, *, name: str, ttl_s: int) -> None:
@@ -136,8 +132,7 @@ class RedisSpace:
                 f"RedisSpace({client!r}): pass a redis.asyncio.Redis client (redis-py's asyncio "
                 "API), e.g. redis.asyncio.Redis.from_url('redis://localhost:6379/0')"
             )
-        if not is_int(ttl_s, 1):
-            raise Refusal(f"RedisSpace(ttl_s={ttl_s!r}) takes a positive whole number of seconds")
+        whole(ttl_s, TTL_S, "RedisSpace(ttl_s={})", "ttl_s")
         if not isinstance(name, str) or not name:
             raise Refusal(f"RedisSpace(name={name!r}) takes a non-empty str prefix")
         self.client = client

@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._errors import MOST_MS, Refusal, is_int
-
-
-def _check_ms(owner: str, name: str, value: object, *, positive: bool) -> None:
-    if not is_int(value):
-        raise Refusal(f"{owner}({name}=...) takes whole milliseconds as an int, not {value!r}")
-    if value < (1 if positive else 0):
-        bound = "greater than 0" if positive else "0 or more"
-        raise Refusal(f"{owner}({name}={value}) must be {bound} milliseconds")
-    if value > MOST_MS:
-        raise Refusal(
-            f"{owner}({name}={value}) must be at most {MOST_MS:,} milliseconds (ten years)"
-        )
+from ._bounds import MS, POSITIVE_MS, RETRIES, whole
+from ._bounds import row_ids as check_row_ids
+from ._errors import Refusal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +24,7 @@ class Fixed:
     ms: int
 
     def __post_init__(self) -> None:
-        _check_ms("Fixed", "ms", self.ms, positive=False)
+        whole(self.ms, MS, "Fixed(ms={})", "ms")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,8 +39,8 @@ class Exponential:
     to_ms: int
 
     def __post_init__(self) -> None:
-        _check_ms("Exponential", "from_ms", self.from_ms, positive=True)
-        _check_ms("Exponential", "to_ms", self.to_ms, positive=True)
+        whole(self.from_ms, POSITIVE_MS, "Exponential(from_ms={})", "from_ms")
+        whole(self.to_ms, POSITIVE_MS, "Exponential(to_ms={})", "to_ms")
         if self.to_ms < self.from_ms:
             raise Refusal(
                 f"Exponential(from_ms={self.from_ms}, to_ms={self.to_ms}): to_ms is the cap and "
@@ -70,7 +60,8 @@ class Retry:
     many times a job is tried is a promise about that job, so every kind must say it.
 
     Raises:
-        Refusal: `times` is negative or not an int, or `backoff` is not `Fixed`/`Exponential`.
+        Refusal: `times` is not an int from 0 to 2,147,483,646 (a row's attempts, `times + 1`,
+            are a 32-bit integer in PostgreSQL), or `backoff` is not `Fixed`/`Exponential`.
     """
 
     NONE: ClassVar[Retry]
@@ -79,8 +70,7 @@ class Retry:
     backoff: Fixed | Exponential | None = None
 
     def __post_init__(self) -> None:
-        if not is_int(self.times, 0):
-            raise Refusal(f"Retry(times={self.times!r}): times is a count of retries, 0 or more")
+        whole(self.times, RETRIES, "Retry(times={})", "times")
         if self.backoff is not None and not isinstance(self.backoff, Fixed | Exponential):
             raise Refusal(
                 f"Retry(backoff={self.backoff!r}): write backoff=job.Fixed(ms=30_000) or "
@@ -236,7 +226,8 @@ class Where:
         job.Where(state="dead", kind="send-welcome", error="SMTPServerDisconnected")
 
     Raises:
-        Refusal: a state that is not one of the four, or a field of the wrong type.
+        Refusal: a state that is not one of the four, a field of the wrong type, or an id that
+            is not a row id (an int from 1 to 2**63 - 1).
     """
 
     state: str | None = None
@@ -260,12 +251,7 @@ class Where:
                     "which no store can keep"
                 )
         if self.ids is not None:
-            if isinstance(self.ids, str | bytes) or not isinstance(self.ids, Sequence):
-                raise Refusal(f"Where(ids={self.ids!r}) takes a list of row ids")
-            ids = tuple(self.ids)
-            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                raise Refusal(f"Where(ids={self.ids!r}) takes whole-number row ids")
-            object.__setattr__(self, "ids", ids)
+            object.__setattr__(self, "ids", check_row_ids(self.ids, "Where(ids={})"))
 
     def matches(self, state: str, kind: str, error: str | None, key: str | None, id: int) -> bool:
         """Whether a row with these columns is one of these rows."""

@@ -21,7 +21,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
-from ._errors import Refusal, is_int
+from ._bounds import MS, whole
+from ._errors import Refusal
 from ._jobs import Jobs
 
 __all__ = ["lifespan"]
@@ -69,8 +70,7 @@ def lifespan(
     """
     if not isinstance(jobs, Jobs):
         raise Refusal(f"lifespan({jobs!r}): pass the job.Jobs the app pushes to")
-    if not is_int(grace_ms, 0):
-        raise Refusal(f"lifespan(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
+    whole(grace_ms, MS, "lifespan(grace_ms={})", "grace_ms")
 
     @contextlib.asynccontextmanager
     async def run_beside(app: object) -> AsyncIterator[None]:

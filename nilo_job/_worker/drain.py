@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import time
 
-from .._errors import Refusal, is_int
+from .._bounds import moment
 from .._process import worker
-from ..store.contract import INT64_MAX, INT64_MIN
 from .parts import Parts
 from .runner import Runner
 
@@ -27,15 +26,17 @@ class Drain:
         self.runner = runner
         self.observers = parts.observers
 
-    async def run_one_at(self, now_us: int, names: tuple[str, ...] | None = None) -> bool:
-        """`Jobs.run_one_at`: True if a run was called. `names` are the kinds to claim (None:
-        every kind that is not paused)."""
-        if not is_int(now_us):
-            raise Refusal(f"drain_at({now_us!r}): microseconds since the epoch, as an int")
-        if not INT64_MIN <= now_us <= INT64_MAX - self.lease_ms * 1_000:
-            raise Refusal(f"drain_at({now_us}): a moment no store can hold; pass a nearer one")
-        if names is None:
-            names = await self.claimable()
+    async def run_one_at(self, now_us: int) -> bool:
+        """`Jobs.run_one_at`: True if a run was called.
+
+        Raises:
+            Refusal: `now_us` is not a moment a store can hold (`_bounds.moment`).
+        """
+        moment(now_us, "run_one_at({})", "now_us")
+        return await self._run_one_at(now_us, await self.claimable())
+
+    async def _run_one_at(self, now_us: int, names: tuple[str, ...]) -> bool:
+        """One due row of the kinds `names` claimed and run at `now_us`; True if run was called."""
         if not names:
             return False
         while True:
@@ -51,10 +52,15 @@ class Drain:
                 return True
 
     async def drain_at(self, now_us: int) -> int:
-        """`Jobs.drain_at`: how many runs were called."""
+        """`Jobs.drain_at`: how many runs were called.
+
+        Raises:
+            Refusal: `now_us` is not a moment a store can hold (`_bounds.moment`).
+        """
+        moment(now_us, "drain_at({})", "now_us")
         count = 0
         names = await self.claimable()
-        while await self.run_one_at(now_us, names):
+        while await self._run_one_at(now_us, names):
             count += 1
         return count
 

@@ -19,8 +19,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
+from .._bounds import MS, whole
 from .._clock import now_us
-from .._errors import Refusal, is_int
+from .._errors import Refusal
 from .._process import worker
 from ..store.contract import Claimed
 from .feed import Feed
@@ -88,8 +89,7 @@ class Server:
             Refusal: serve already runs on this queue, or `kinds` names a kind it lacks.
             StoreUnavailable: at start, the store cannot be reached or its table is not usable.
         """
-        if not is_int(grace_ms, 0):
-            raise Refusal(f"serve(grace_ms={grace_ms!r}): whole milliseconds, 0 or more")
+        whole(grace_ms, MS, "serve(grace_ms={})", "grace_ms")
         if self.task is not None and not self.task.done():
             raise Refusal("this job.Jobs is already serving: call serve() once per queue")
         self.names = served(kinds, self.kinds)
@@ -143,6 +143,7 @@ class Server:
         """`Jobs.serving`: serve in a task for the body of the block."""
         # A store that cannot be reached, or a missing table, is raised here rather than lost
         # in the background task.
+        whole(grace_ms, MS, "serving(grace_ms={})", "grace_ms")
         await self.store.open()
         await self.store.check()
         ready = asyncio.Event()

@@ -15,9 +15,12 @@ from typing import Any
 
 import click
 
+from .. import _bounds
 from .._text import printable
 
-ROW_ID = click.IntRange(1, 2**63 - 1)  # a row id is a 64-bit integer on every store
+ROW_ID = click.IntRange(_bounds.ROW_ID.least, _bounds.ROW_ID.most)  # 64-bit on every store
+WORKERS = click.IntRange(_bounds.WORKERS.least, _bounds.WORKERS.most)
+MS = click.IntRange(_bounds.MS.least, _bounds.MS.most)  # a duration: at most ten years
 TARGET_HELP = "TARGET is a database URL (sqlite:///app.db, postgresql://…) or module:attr."
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 

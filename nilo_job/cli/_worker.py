@@ -17,6 +17,7 @@ import click
 from .._errors import JobError, Refusal
 from .._jobs import Jobs
 from ._load import load
+from ._text import MS, WORKERS
 
 
 def kind_list(given: Sequence[str]) -> list[str] | None:
@@ -34,12 +35,10 @@ def kind_list(given: Sequence[str]) -> list[str] | None:
 
 @click.command(short_help="Run the queue's workers until SIGTERM or SIGINT.")
 @click.argument("target")
-@click.option(
-    "--workers", type=click.IntRange(min=1), help="Rows running at once (default: the queue's)."
-)
+@click.option("--workers", type=WORKERS, help="Rows running at once (default: the queue's).")
 @click.option(
     "--grace-ms",
-    type=click.IntRange(min=0),
+    type=MS,
     default=30_000,
     show_default=True,
     help="On SIGTERM/SIGINT, how long running rows may finish before they are cancelled.",

@@ -25,7 +25,7 @@ class Actions(Base):
         if isinstance(form := await self.authorize(request), Response):
             return form
         row_id: int = request.path_params["row_id"]
-        again = await self.jobs.retry_dead(row_id)
+        again = 0 < row_id <= INT64_MAX and await self.jobs.retry_dead(row_id)
         log.info(
             "dashboard: row %d %s", row_id, "queued again" if again else "was not dead",
             extra={"row": row_id, "action": "retry"},
@@ -37,7 +37,7 @@ class Actions(Base):
         if isinstance(form := await self.authorize(request), Response):
             return form
         row_id: int = request.path_params["row_id"]
-        gone = await self.jobs.cancel(row_id)
+        gone = 0 < row_id <= INT64_MAX and await self.jobs.cancel(row_id)
         log.info(
             "dashboard: row %d %s", row_id, "cancelled" if gone else "was not queued",
             extra={"row": row_id, "action": "cancel"},

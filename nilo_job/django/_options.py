@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
-from .._errors import Refusal, is_int
+from .._bounds import POSITIVE_MS, whole
+from .._errors import Refusal
 from .._types import Exponential, Fixed, Retry
 
 KNOWN = ("store", "database", "retry", "timeout_ms", "workers", "poll_ms", "retention_ms")
@@ -126,8 +127,7 @@ def retry_of(where: str, given: object) -> Retry:
 
 
 def _positive(name: str, value: object) -> None:
-    if not is_int(value, 1):
-        raise Refusal(f"{name} must be a positive int of milliseconds, not {value!r}")
+    whole(value, POSITIVE_MS, f"{name} = {{}}", name)
 
 
 def django_database_url(alias: str, database: str) -> str | None:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._bounds import Span, whole
 from .._errors import Refusal
 from .contract import Store
+
+POOL_SIZE = Span(1, 262_143, "a count of connections", "PostgreSQL's most connections")
+"""`max_size` of a PostgreSQL table's own pool: checked here, before the pool is built, so that
+0 or a bool is a sentence rather than psycopg_pool's error at the first call."""
 
 
 def Table(target: object, **options: Any) -> Store:
@@ -24,7 +29,8 @@ def Table(target: object, **options: Any) -> Store:
         A store; `await table.create_missing()` creates the table, `await table.check()` checks it.
 
     Raises:
-        Refusal: the target is not a database this version can hold a queue in.
+        Refusal: the target is not a database this version can hold a queue in, or an option
+            is out of its range.
     """
     if isinstance(target, str) and target.startswith("sqlite:"):
         from .sqlite.store import SqliteTable, path_from_url
@@ -39,6 +45,8 @@ def Table(target: object, **options: Any) -> Store:
                 f"job.Table on PostgreSQL needs psycopg 3 and psycopg_pool ({error}): "
                 "pip install 'nilo-job[postgres]'"
             ) from None
+        if "max_size" in options:
+            whole(options["max_size"], POOL_SIZE, "job.Table(..., max_size={})", "max_size")
         return PostgresTable(target, **options)  # type: ignore[arg-type]
     raise Refusal(
         f"job.Table({target!r}): pass a URL, 'sqlite:///app.db' (relative), "

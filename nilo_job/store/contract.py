@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .._bounds import INT64_MAX, INT64_MIN
 from .._types import Stats, Where
 
 __all__ = [
@@ -35,10 +36,6 @@ __all__ = [
     "Where",
     "check_state",
 ]
-
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-"""The range of the integers a store keeps (ids, and times in µs since the epoch)."""
 
 
 @dataclass(frozen=True, slots=True)

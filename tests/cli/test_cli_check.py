@@ -76,7 +76,8 @@ EVERY = [
     "Pydantic model), so that its fields are the payload",
     "Fine and Twin both say nilo_job = 'fine': a kind's name is what a row carries, so give each "
     "class its own",
-    "job.Jobs(workers=0) takes a positive int",
+    "job.Jobs(workers=0) is below 1: workers must be a count of runs at once from 1 to 100,000 "
+    "(each is a task of this process)",
 ]
 
 

@@ -241,4 +241,7 @@ def test_lifespan_refuses_what_is_not_a_queue_or_a_grace_period() -> None:
     jobs = job.Jobs(kinds=[Hourly], store=job.Memory())
     with pytest.raises(job.Refusal) as negative:
         lifespan(jobs, grace_ms=-1)
-    assert str(negative.value) == "lifespan(grace_ms=-1): whole milliseconds, 0 or more"
+    assert str(negative.value) == (
+        "lifespan(grace_ms=-1) is below 0: grace_ms must be whole milliseconds from 0 to "
+        "315,360,000,000 (ten years)"
+    )

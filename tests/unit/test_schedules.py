@@ -101,7 +101,7 @@ def test_a_tick_in_a_skipped_or_repeated_hour_runs_once() -> None:
 
 def test_every_is_refused_without_a_positive_int() -> None:
     for bad in (0, -5, 1.5, True):
-        with pytest.raises(job.Refusal, match="a whole number of milliseconds from 1 to"):
+        with pytest.raises(job.Refusal, match="ms must be whole milliseconds from 1 to"):
             job.every(bad)  # type: ignore[arg-type]
 
 

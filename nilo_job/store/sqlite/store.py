@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from ..._bounds import INT32_MAX, Span, whole
 from ..._errors import Refusal
 from ..._types import Stats
 from .. import _schema, _sql
@@ -39,6 +40,9 @@ T = TypeVar("T")
 
 SQL = _sql.load("nilo_job.store.sqlite")
 _MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING and ON CONFLICT DO NOTHING RETURNING
+
+BUSY_MS = Span(1, INT32_MAX, "whole milliseconds", "SQLite keeps its busy timeout in 32 bits")
+"""`busy_timeout_ms`: SQLite takes a larger one silently as 0, no wait at all."""
 
 ACCEPTED_TX = (
     "a sqlite3.Connection to the same database file, inside a transaction, or Django's "
@@ -67,7 +71,8 @@ class SqliteTable:
     Args:
         path: the database file (created if missing), or ":memory:" for one connection's
             private database.
-        busy_timeout_ms: how long a statement waits for another process's write lock.
+        busy_timeout_ms: how long a statement waits for another process's write lock, from 1 to
+            2,147,483,647 ms (about 24 days).
         synchronous: SQLite's `synchronous` pragma: "FULL" (the default) makes a committed push
             survive a power cut; "NORMAL" is faster in WAL mode and survives a crash of the
             process but may lose the last commits on a power cut.
@@ -86,12 +91,7 @@ class SqliteTable:
             )
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise Refusal(f"synchronous={synchronous!r}: FULL, NORMAL or EXTRA")
-        if (
-            isinstance(busy_timeout_ms, bool)
-            or not isinstance(busy_timeout_ms, int)
-            or (busy_timeout_ms <= 0)
-        ):
-            raise Refusal(f"busy_timeout_ms={busy_timeout_ms!r}: a positive number of ms")
+        whole(busy_timeout_ms, BUSY_MS, "job.Table(..., busy_timeout_ms={})", "busy_timeout_ms")
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.upper()
