@@ -23,9 +23,10 @@ no buttons. Mounted under a prefix (`app.mount("/jobs", ...)`), every link and c
 follows the prefix.
 """
 
+import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from starlette.applications import Starlette
@@ -45,7 +46,7 @@ from ._guard import SecurityHeaders, read_form, same_origin
 from ._index import LISTED, Overview, ScheduleView, render_index
 from ._render import href
 from ._row import render_row
-from ._rows import Listing, render_rows
+from ._rows import Listing, errors_seen, render_rows
 from ._session import Sessions, check_secret
 
 log = logging.getLogger("nilo_job")
@@ -64,13 +65,25 @@ class _Dashboard(Actions):
     """The dashboard's handlers: the pages and the session here, the actions in `Actions`."""
 
     async def index(self, request: Request) -> Response:
-        raw = request.query_params.get("refresh", "")
-        refresh = int(raw) if raw.isdigit() and 5 <= int(raw) <= 3_600 else None
+        refresh = None
+        refused = None
+        raw = request.query_params.get("refresh")
+        if raw:
+            if raw.isdigit() and len(raw) < 6 and 5 <= int(raw) <= 3_600:
+                refresh = int(raw)
+            else:
+                refused = (
+                    f"That address cannot be read: refresh={raw[:40]!r}: auto-refresh is every 5 "
+                    "to 3,600 seconds (a whole number); it is off"
+                )
+        chrome = self.chrome(request, refresh=refresh)
+        now = chrome.now_us
         jobs, store = self.jobs, self.jobs.store
         counts: dict[tuple[str, str], int] = {}
         flows = []
         rows: dict[str, list[Row]] = {}
         ticks: dict[str, tuple[int, str, int]] | None = {}
+        lasts: dict[str, tuple[int, str, int]] = {}
         problem = flow_problem = None
         scheduled = [kind for kind in jobs.kinds if kind.schedule is not None]
         shown = min(self.limit, OVERVIEW_ROWS)
@@ -85,12 +98,16 @@ class _Dashboard(Actions):
                 rows[state] = (await jobs.find(Where(state=state), limit=shown)).rows
             held = await store.holding(SCHEDULE_KEY, [kind.name for kind in scheduled])
             ticks = None if held is None else {r.kind: (r.id, r.state, r.run_at) for r in held}
+            for kind in scheduled:
+                if (last := await _last_run(jobs, kind.name)) is not None:
+                    lasts[kind.name] = last
         except Exception as error:  # the page says so; it never answers 500
             problem = f"The store cannot be read: {error}"
             log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
         schedules = []
         for kind in scheduled:
             tick = None if ticks is None else ticks.get(kind.name)
+            planned, then = _runs(kind.schedule, None if tick is None else tick[2], now)
             schedules.append(
                 ScheduleView(
                     kind.name,
@@ -101,51 +118,83 @@ class _Dashboard(Actions):
                     None if tick is None else tick[1],
                     None if tick is None else tick[2],
                     known=ticks is not None,
+                    planned=planned,
+                    then=then,
+                    zone=kind.schedule.tz if isinstance(kind.schedule, Cron) else None,
+                    last=lasts.get(kind.name),
                 )
             )
         view = Overview(self.names, counts, flows, rows, schedules, shown, flow_problem)
-        chrome = self.chrome(request, problem=problem, refresh=refresh)
-        status = 503 if problem else 200
+        chrome = dataclasses.replace(chrome, problem=problem or refused)
+        status = 503 if problem else 400 if refused else 200
         return self.page(chrome, self.title, render_index(chrome, view), status, "index")
 
     async def rows(self, request: Request) -> Response:
         params = request.query_params
         q = params.get("q", "").strip()
-        state = params.get("state") or None
-        after = params.get("after") or None
-        page = _whole(params.get("page", ""), 1, 1)
-        offset = _whole(params.get("seen", ""), 0, 0)
-        listing = Listing(Where(), [], None, 0, 1, 0, self.names, q)
-        problem, status = None, 200
+        errors: list[str] = []
+        problem, status, why = None, 200, None
+        listing = None
         try:
-            if state is not None and state not in _STATES:
-                raise Refusal(f"state={state!r}: a row is queued, running, dead or done")
-            where = Where(
-                state=state,
-                kind=params.get("kind") or None,
-                error=params.get("error") or None,
-                key=params.get("key") or None,
-            )
+            errors = await errors_seen(self.jobs)
+            where, page, offset = await self._filter(params)
             if q:
                 if q.isdigit() and 0 < int(q) <= INT64_MAX and await self.jobs.row(int(q)):
                     return self.to(request, f"/rows/{int(q)}", {})
                 where = Where(key=q)
-            found = await self.jobs.find(where, after=after, limit=self.limit)
+            found = await self.jobs.find(where, after=params.get("after") or None, limit=self.limit)
             total = await self.jobs.count(where)
-            listing = Listing(where, found.rows, found.next, total, page, offset, self.names, q)
+            listing = Listing(
+                where, found.rows, found.next, total, page, offset, self.names, q, errors
+            )
         except Refusal as refusal:
             problem, status = f"That filter cannot be read: {refusal}", 400
+            why = "the filter above was refused"
         except Exception as error:
             problem, status = f"The store cannot be read: {error}", 503
+            why = "the store cannot be read"
             log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
+        if listing is None:
+            listing = Listing(Where(), [], None, 0, 1, 0, self.names, q, errors, unlisted=why)
         chrome = self.chrome(request, problem=problem)
         heading = f"{self.title}: rows"
         return self.page(chrome, heading, render_rows(chrome, listing), status, "rows")
 
+    async def _filter(self, params: Mapping[str, str]) -> tuple[Where, int, int]:
+        """The filter, the page number and the rows on the pages before, from a rows page's
+        query.
+
+        Raises:
+            Refusal: a state that is not one of the four; a kind that is neither this queue's
+                nor one the table holds; an error or key no row can hold; a page number or
+                count that is not a whole number.
+        """
+        state = params.get("state") or None
+        if state is not None and state not in _STATES:
+            raise Refusal(f"state={state[:40]!r}: a row is queued, running, dead or done")
+        kind = params.get("kind") or None
+        if kind is not None and kind not in self.names:
+            held = {name for name, _state in await self.jobs.store.counts()}
+            if kind not in held:
+                raise Refusal(
+                    f"kind={kind[:80]!r}: no row is of that kind; this queue's kinds are "
+                    f"{', '.join(self.names)}"
+                )
+        where = Where(
+            state=state,
+            kind=kind,
+            error=params.get("error") or None,
+            key=params.get("key") or None,
+        )
+        page = _whole(params, "page", 1)
+        offset = _whole(params, "seen", 0)
+        return where, page, offset
+
     async def row(self, request: Request) -> Response:
         row_id: int = request.path_params["row_id"]
         try:
-            row = await self.jobs.row(row_id)
+            # An id no store can hold names no row (the queue would refuse to look it up).
+            row = await self.jobs.row(row_id) if 0 < row_id <= INT64_MAX else None
         except Exception as error:
             log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
             chrome = self.chrome(request, problem=f"The store cannot be read: {error}")
@@ -226,17 +275,53 @@ class _Dashboard(Actions):
     # ----------------------------------------------------------------------------- actions
 
 
-def _whole(text: str, default: int, least: int) -> int:
-    """A whole number from a query field, at least `least`; `default` when it is not one."""
-    if not text.isdigit() or len(text) > 12:
-        return default
-    return max(int(text), least)
+def _whole(params: Mapping[str, str], name: str, least: int) -> int:
+    """The whole number in query field `name`, `least` without one.
+
+    Raises:
+        Refusal: it is not a whole number of at most 12 digits, or is less than `least`.
+    """
+    text = params.get(name, "")
+    if not text:
+        return least
+    if not text.isdigit() or len(text) > 12 or int(text) < least:
+        raise Refusal(f"{name}={text[:40]!r}: a whole number from {least}")
+    return int(text)
+
+
+def _runs(schedule: object, tick_us: int | None, now_us: int) -> tuple[int | None, int | None]:
+    """(planned, then), by the schedule's own `next` and `following`: `planned` is its next run
+    after `now_us` when no row holds the tick (`tick_us` None; a cron schedule only, an `every`
+    one has none before it is seeded), and `then` the run after the next one (the tick row's, or
+    the planned one). None for what cannot be said, as for a tick row another program wrote
+    whose time no schedule reads."""
+    if not isinstance(schedule, Cron | Every):
+        return None, None
+    try:
+        planned = schedule.next(now_us) if tick_us is None and isinstance(schedule, Cron) else None
+        upcoming = tick_us if tick_us is not None else planned
+        then = None if upcoming is None else schedule.following(upcoming, max(upcoming, now_us))
+    except (Refusal, OverflowError, ValueError):
+        return None, None
+    return planned, then
+
+
+async def _last_run(jobs: Jobs, kind: str) -> tuple[int, str, int] | None:
+    """The newest run of `kind` the store keeps: (row id, "done" or "dead", when it ended in
+    µs), or None; two reads of one row each."""
+    last = None
+    for state in ("done", "dead"):
+        for row in (await jobs.find(Where(state=state, kind=kind), limit=1)).rows:
+            at = row.finished_at if state == "done" else row.died_at
+            if at is not None and (last is None or at > last[2]):
+                last = (row.id, state, at)
+    return last
 
 
 def _describe(schedule: object) -> str:
-    """A schedule in words: the cron expression (and its zone) or the interval."""
+    """A schedule in words: the cron expression (its zone is shown beside it) or the interval."""
     if isinstance(schedule, Cron):
-        return schedule.expr if schedule.tz is None else f"{schedule.expr} ({schedule.tz})"
+        return schedule.expr
     if isinstance(schedule, Every):
         return f"every {schedule.ms:,} ms"
     return repr(schedule)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .._types import Flow, Row
 from ._chart import bar_chart
-from ._render import Chrome, button, duration, esc, href, when
+from ._render import Chrome, button, duration, esc, href, scroll_box, when
 from ._table import row_table
 
 STATES = ("queued", "running", "dead", "done")
@@ -24,7 +24,15 @@ REFRESH_CHOICES = (10, 30, 60)
 @dataclass(frozen=True, slots=True)
 class ScheduleView:
     """A scheduled kind as shown: its name, when it ticks, and the row holding its next tick
-    (`known` is False when the store cannot say which row that is)."""
+    (`known` is False when the store cannot say which row that is).
+
+    `planned` is the next run the schedule itself gives after the page's moment, when no row
+    holds the tick (µs; a cron schedule's runs are fixed in time, an `every` schedule's follow
+    its tick row, so it has none before it is seeded). `then` is the run after the next one
+    (µs). `last` is the newest run the store keeps: (row id, "done" or "dead", when it ended in
+    µs), None when no run of the kind is kept. `zone` is a cron schedule's time zone (None:
+    UTC).
+    """
 
     kind: str
     when: str
@@ -34,6 +42,10 @@ class ScheduleView:
     tick_state: str | None
     tick_run_at: int | None
     known: bool = True
+    planned: int | None = None
+    then: int | None = None
+    zone: str | None = None
+    last: tuple[int, str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +171,14 @@ def _counts(chrome: Chrome, view: Overview) -> str:
         f"{sum(n for (_kind, s), n in view.counts.items() if s == state)}</a></td>"
         for state in STATES
     )
-    return (
-        f'<div class="scroll"><table class="counts"><thead><tr><th>kind</th>{head}</tr></thead>'
+    table = (
+        f'<table class="counts"><thead><tr><th>kind</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody>"
-        f"<tfoot><tr><th>all</th>{totals}</tr></tfoot></table></div>"
-        '<p class="note">Done rows are the history kept for the queue\'s '
+        f"<tfoot><tr><th>all</th>{totals}</tr></tfoot></table>"
+    )
+    return (
+        scroll_box(table, "counts by kind and state")
+        + '<p class="note">Done rows are the history kept for the queue\'s '
         "<code>retention_ms</code> (an hour by default).</p>"
     )
 
@@ -187,24 +202,48 @@ def _schedules(chrome: Chrome, view: Overview) -> str:
     if not view.schedules:
         return '<p class="empty" id="none-schedules">No kind of this queue has a schedule.</p>'
     lines = []
-    now = chrome.now_us
     for item in view.schedules:
-        if not item.known:
-            nxt = "unknown: this store cannot list the row holding the key"
-        elif item.tick_id is None:
-            nxt = "not seeded yet: <code>serve()</code> or <code>seed()</code> queues it"
-        elif item.tick_state == "running":
-            nxt = f"running now (the tick due {when(item.tick_run_at, now)})"
-        else:
-            link = href(chrome.base, f"/rows/{item.tick_id}")
-            nxt = f'{when(item.tick_run_at, now)}, <a href="{link}">row {item.tick_id}</a>'
+        zone = f' <span class="zone">({esc(item.zone)})</span>' if item.zone else ""
         lines.append(
-            f'<tr data-kind="{esc(item.kind)}"><td>{esc(item.kind)}</td>'
-            f"<td><code>{esc(item.when)}</code></td><td>{esc(item.overlap)}</td>"
-            f'<td>{esc(item.missed)}</td><td class="next-tick">{nxt}</td></tr>'
+            f'<tr data-kind="{esc(item.kind)}"><td class="kind">{esc(item.kind)}</td>'
+            f'<td><code class="cron">{esc(item.when)}</code>{zone}</td>'
+            f'<td class="next-tick">{_next(chrome, item)}</td>'
+            f'<td class="last-run">{_last(chrome, item)}</td>'
+            f"<td>{esc(item.overlap)}</td><td>{esc(item.missed)}</td></tr>"
         )
-    return (
-        '<div class="scroll"><table><thead><tr><th>kind</th><th>schedule</th><th>overlap</th>'
-        f"<th>missed</th><th>next tick</th></tr></thead><tbody>{''.join(lines)}</tbody></table>"
-        "</div>"
+    table = (
+        "<table><thead><tr><th>kind</th><th>schedule</th><th>next run</th><th>last run</th>"
+        f"<th>overlap</th><th>missed</th></tr></thead><tbody>{''.join(lines)}</tbody></table>"
     )
+    return scroll_box(table, "schedules")
+
+
+def _next(chrome: Chrome, item: ScheduleView) -> str:
+    """When the kind runs next: its tick row when the store holds one, else what the schedule
+    gives; then the run after it, so that the expression reads as times."""
+    now = chrome.now_us
+    if item.tick_id is not None and item.tick_state == "running":
+        text = f"running now (the tick due {when(item.tick_run_at, now)})"
+    elif item.tick_id is not None:
+        link = href(chrome.base, f"/rows/{item.tick_id}")
+        text = f'{when(item.tick_run_at, now)}, <a href="{link}">row {item.tick_id}</a>'
+    elif item.planned is not None:
+        seeded = "not seeded yet" if item.known else "its row unknown to this store"
+        text = f'{when(item.planned, now)} <span class="seed">({seeded})</span>'
+    elif not item.known:
+        text = "unknown: this store cannot list the row holding the key"
+    else:
+        text = "not seeded yet: <code>serve()</code> or <code>seed()</code> queues it"
+    if item.then is not None:
+        text += f' <span class="then">then {when(item.then, now, hint=False)}</span>'
+    return text
+
+
+def _last(chrome: Chrome, item: ScheduleView) -> str:
+    """The newest run the store keeps of the kind: when it ended, how, and its row."""
+    if item.last is None:
+        return '<span class="rel">none kept</span>'
+    row_id, state, at = item.last
+    link = href(chrome.base, f"/rows/{row_id}")
+    verb = "done" if state == "done" else "died"
+    return f'{when(at, chrome.now_us)}, {verb}, <a href="{link}">row {row_id}</a>'

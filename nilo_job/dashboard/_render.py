@@ -121,6 +121,18 @@ def duration(ms: float | None) -> str:
     return f"{int(ms // 3_600_000)} h {int(ms % 3_600_000 // 60_000)} min"
 
 
+def scroll_box(table: str, label: str) -> str:
+    """`table` in a box that scrolls sideways when the table is wider than the page, with a
+    hint above it that the script fills in and shows while columns are out of sight ("Scroll
+    sideways for the other columns: died, attempts, actions →"); the box is focusable, so a
+    keyboard scrolls it too. `label` names the table for screen readers."""
+    return (
+        '<div class="scroll-box"><p class="scroll-hint" hidden></p>'
+        f'<div class="scroll" tabindex="0" role="region" aria-label="{esc(label)}">{table}</div>'
+        "</div>"
+    )
+
+
 def csrf_field(chrome: Chrome) -> str:
     """The hidden field carrying the session's CSRF token."""
     return f'<input type="hidden" name="csrf" value="{esc(chrome.csrf or "")}">'

@@ -4,9 +4,11 @@ Retry, Cancel or Delete the selected rows, or all the rows that match the filter
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import Jobs
 from .._types import Row, Where
 from ._render import Chrome, csrf_field, esc, href
 from ._table import row_table
@@ -23,8 +25,10 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 class Listing:
     """One rows page: the filter `where`, the `rows` of this page, `next` (the cursor of the
     page after it, None on the last), `total` (how many rows match), `page` (1 for the first),
-    `offset` (how many rows came on the pages before), the kinds to choose from, and the search
-    text `q` as typed."""
+    `offset` (how many rows came on the pages before), the kinds and the errors to choose
+    from, and the search text `q` as typed. `unlisted` says why nothing is listed when the
+    query could not be carried out (a refused filter, a store that cannot be read): then no
+    count is claimed."""
 
     where: Where
     rows: Sequence[Row]
@@ -34,6 +38,28 @@ class Listing:
     offset: int
     kinds: Sequence[str]
     q: str = ""
+    errors: Sequence[str] = ()
+    unlisted: str | None = None
+
+
+ERRORS_READ = 200
+"""How many of the newest dead rows, and of the first queued rows, the error filter's list of
+errors is read from."""
+
+ERRORS_LISTED = 50
+"""The most error names the error filter offers: the commonest among the rows read."""
+
+
+async def errors_seen(jobs: Jobs) -> list[str]:
+    """The error names the error filter offers, in alphabetical order: the last errors of the
+    newest `ERRORS_READ` dead rows and of the first `ERRORS_READ` queued rows (those waiting
+    for a retry hold one), at most `ERRORS_LISTED`, the commonest first when there are more.
+    Two keyset reads of the store, bounded whatever the table holds."""
+    seen: Counter[str] = Counter()
+    for state in ("dead", "queued"):
+        found = await jobs.find(Where(state=state), limit=ERRORS_READ)
+        seen.update(row.error for row in found.rows if row.error)
+    return sorted(name for name, _n in seen.most_common(ERRORS_LISTED))
 
 
 def filter_query(where: Where) -> dict[str, object]:
@@ -54,19 +80,22 @@ def _filters(chrome: Chrome, listing: Listing) -> str:
     kinds = list(listing.kinds)
     if where.kind is not None and where.kind not in kinds:
         kinds.append(where.kind)
+    errors = list(listing.errors)
+    if where.error is not None and where.error not in errors:
+        errors.append(where.error)
     states = _options(["queued", "running", "dead", "done"], where.state, "any state")
     key = f'<input type="hidden" name="key" value="{esc(where.key)}">' if where.key else ""
     return (
         f'<form method="get" action="{href(chrome.base, "/rows")}" class="filters" id="filters">'
-        f'<label>State <select name="state" id="f-state">{states}</select></label>'
-        f'<label>Kind <select name="kind" id="f-kind">{_options(kinds, where.kind, "any kind")}'
-        "</select></label>"
-        '<label>Error <input type="text" name="error" id="f-error" placeholder="class name" '
-        f'value="{esc(where.error or "")}" autocomplete="off" spellcheck="false"></label>'
+        f'<label><span>State</span><select name="state" id="f-state">{states}</select></label>'
+        f'<label><span>Kind</span><select name="kind" id="f-kind">'
+        f"{_options(kinds, where.kind, 'any kind')}</select></label>"
+        f'<label><span>Error</span><select name="error" id="f-error">'
+        f"{_options(errors, where.error, 'any error')}</select></label>"
         f'{key}<button type="submit" id="apply-filter">Filter</button></form>'
         f'<form method="get" action="{href(chrome.base, "/rows")}" class="filters" id="search">'
-        '<label>Row id or unique key <input type="search" name="q" id="q" '
-        f'value="{esc(listing.q)}" autocomplete="off" spellcheck="false"></label>'
+        '<label class="wide"><span>Row id or unique key</span><input type="search" name="q" '
+        f'id="q" value="{esc(listing.q)}" autocomplete="off" spellcheck="false"></label>'
         '<button type="submit" id="search-go">Search</button></form>'
     )
 
@@ -144,6 +173,14 @@ def _pages(chrome: Chrome, listing: Listing) -> str:
 def render_rows(chrome: Chrome, listing: Listing) -> str:
     """The rows page's main part, as HTML."""
     table = ""
+    if listing.unlisted is not None:
+        rows = href(chrome.base, "/rows")
+        return (
+            f'<section id="filter">{_filters(chrome, listing)}</section>'
+            f'<section id="listing"><p class="empty" id="none">Nothing is listed: '
+            f'{esc(listing.unlisted)}. <a href="{rows}" id="all-rows">List every row</a>.</p>'
+            "</section>"
+        )
     if listing.rows:
         table = row_table(chrome, listing.rows, listing.where.state, select=True)
     else:

@@ -9,10 +9,11 @@ need not sit inside that form, and each row's own Retry or Cancel form stays a f
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from .._types import Row
-from ._render import Chrome, button, esc, href, when
+from ._render import Chrome, button, esc, href, scroll_box, when
 
 PAYLOAD_CHARS = 160
 """The most characters of a payload's JSON a table shows."""
@@ -22,13 +23,51 @@ SELECTABLE = ("queued", "dead", "done")
 
 
 def payload_text(row: Row, limit: int | None = PAYLOAD_CHARS) -> str:
-    """A row's payload as compact JSON, cut to `limit` characters (None: whole); escaped."""
+    """A row's payload as compact JSON, cut to `limit` characters (None: whole); escaped.
+
+    The cut falls between JSON tokens, so a number, `true`, `false` or `null` is never cut; only
+    a string longer than the room left is cut inside, and never inside an escape (`\\n`). A line
+    may break after each `,` and `:` (a `<wbr>`), so a long payload wraps between its members.
+    """
     if row.unreadable is not None and row.payload is None:
         return '<span class="unreadable">cannot be read</span>'
     text = json.dumps(row.payload, ensure_ascii=False, separators=(",", ":"))
+    tokens = _TOKEN.findall(text)
+    cut = False
     if limit is not None and len(text) > limit:
-        text = text[:limit] + "…"
-    return f"<code>{esc(text)}</code>"
+        tokens, cut = _cut(tokens, limit), True
+    html = "".join(esc(token) + ("<wbr>" if token in (",", ":") else "") for token in tokens)
+    return f'<code class="json">{html}{"…" if cut else ""}</code>'
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[^",:{}\[\]]+|.', re.S)
+"""A token of compact JSON: a string, a number or literal, or one punctuation character."""
+_UNIT = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|.", re.S)
+"""One character of a JSON string as written: an escape, or a character."""
+STRING_LEAST = 8
+"""The fewest characters of a string worth showing before the cut; with less room the cut
+falls before the string."""
+
+
+def _cut(tokens: list[str], limit: int) -> list[str]:
+    """The tokens that fit in `limit` characters; the string that does not fit, cut inside
+    when at least `STRING_LEAST` characters are left for it."""
+    kept: list[str] = []
+    used = 0
+    for token in tokens:
+        if used + len(token) <= limit:
+            kept.append(token)
+            used += len(token)
+            continue
+        if token.startswith('"') and limit - used >= STRING_LEAST:
+            part = ""
+            for unit in _UNIT.findall(token):
+                if len(part) + len(unit) > limit - used:
+                    break
+                part += unit
+            kept.append(part)
+        break
+    return kept
 
 
 def error_cell(chrome: Chrome, row: Row, *, link: bool = True) -> str:
@@ -126,7 +165,7 @@ def row_table(
         select: give each row a box for the bulk form (an operator's rows page).
 
     Returns:
-        A `<div class="scroll"><table>` as text.
+        The table in its sideways-scrolling box (`scroll_box`), as text.
     """
     select = select and chrome.operator
     operator = chrome.operator
@@ -141,7 +180,7 @@ def row_table(
     else:
         head = f'<th class="n">id</th><th>kind</th>{head}'
     if operator:
-        head += "<th></th>"
+        head += '<th class="act" data-name="actions"></th>'
     lines = []
     for row in rows:
         kind = esc(row.kind)
@@ -171,7 +210,7 @@ def row_table(
                 action = button(chrome, f"/rows/{row.id}/retry", "Retry", f"retry-{row.id}")
             cells.append(f'<td class="act">{action}</td>')
         lines.append(f'<tr id="row-{row.id}">{"".join(cells)}</tr>')
-    return (
-        f'<div class="scroll"><table class="rows"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(lines)}</tbody></table></div>"
+    table = (
+        f'<table class="rows"><thead><tr>{head}</tr></thead><tbody>{"".join(lines)}</tbody></table>'
     )
+    return scroll_box(table, f"{state or 'all'} rows")

@@ -1,9 +1,11 @@
 """The dashboard in a real headless Chromium: an operator logs in and retries a dead row by a
 click; filters the rows, opens one, and retries every row of a filter through the confirmation
 page; pauses and resumes a kind while two worker processes run; reads the flow charts of a seeded
-history through the DOM; a form posted from another site is refused; and each page, at a phone's
-width and a desktop's, fits its width (screenshots are kept when NILO_TEST_SCREENSHOTS names a
-folder: docs/images/ holds the ones docs/dashboard.md shows).
+history through the DOM; a form posted from another site is refused; at a phone's width a wide
+table says it scrolls and each of its columns can be reached, the filters' controls share one
+height, and a wrapped payload never breaks a number; and each page, at a phone's width and a
+desktop's, fits its width and hints every table that scrolls (screenshots are kept when
+NILO_TEST_SCREENSHOTS names a folder: docs/images/ holds the ones docs/dashboard.md shows).
 
 The browser is Debian's `chromium` driven through its `chromium-driver`, both named by path, so
 Selenium Manager never runs and nothing is fetched from the internet (`SE_OFFLINE` says the same
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -36,6 +39,7 @@ from typing import Any
 import pytest
 
 import nilo_job as job
+from nilo_job.store.contract import NewRow
 from tests.helpers.dashboard import MINUTE, SECRET, S, iso
 from tests.helpers.workers import forget_procs_kinds, fresh_procs_kinds, start
 
@@ -79,6 +83,18 @@ class Resize:
             raise ValueError("cannot resize an animated GIF")
         if self.path.startswith("slow/"):  # for the screenshots' run times
             time.sleep(int(self.path.split("/")[1].split(".")[0]) / 1_000)
+
+
+@dataclass
+class Digest:
+    nilo_job = "daily-digest"
+    retry = job.Retry.NONE
+    schedule = job.cron("0 7 * * *", tz="Europe/Berlin")
+    overlap = job.Overlap.SKIP
+    missed = job.Missed.DROP
+
+    def run(self) -> None:
+        pass
 
 
 def _need(path: str) -> str | None:
@@ -328,7 +344,7 @@ def test_filter_open_a_row_and_retry_all_of_a_filter(browser: Any, sqlite_jobs: 
         assert page.ids() == ids[::-1]  # every state; here all dead, newest first
         Select(page.by_id("f-state")).select_by_value("dead")
         Select(page.by_id("f-kind")).select_by_value("mail")
-        page.by_id("f-error").send_keys("SMTPServerDisconnected")
+        Select(page.by_id("f-error")).select_by_value("SMTPServerDisconnected")
         page.click_and_wait("apply-filter")
         assert page.ids() == gone[::-1]
         assert page.text_of("summary") == (
@@ -580,6 +596,182 @@ def test_a_form_from_another_site_is_refused(browser: Any, sqlite_jobs: job.Jobs
     assert asyncio.run(jobs.paused()) == {}
 
 
+# ------------------------------------------------------------------- at a phone's width
+
+PHONE = 390  # the width, in CSS px, of the phones the layout is checked at
+
+_IN_SIGHT = """
+var r = arguments[0].getBoundingClientRect();
+if (r.width === 0 || r.left < 0 || r.right > document.documentElement.clientWidth) {
+  return false;
+}
+var hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+return hit !== null && (hit === arguments[0] || arguments[0].contains(hit));
+"""
+
+
+def _in_sight(browser: Any, element: Any) -> bool:
+    """Whether `element` is inside the window and on top where it is (so it can be clicked)."""
+    return bool(browser.execute_script(_IN_SIGHT, element))
+
+
+def _hint_agrees(browser: Any) -> list[str]:
+    """Each table's box that is wider than it shows, said so by the hint above it: the boxes
+    (by their label) whose hint is shown without cause, or missing when the table scrolls."""
+    return list(
+        browser.execute_script(
+            """
+            return Array.from(document.querySelectorAll('.scroll-box')).filter(function (outer) {
+              var box = outer.querySelector('.scroll');
+              var hint = outer.querySelector('.scroll-hint');
+              var scrolls = box.scrollWidth > box.clientWidth + 1;
+              var shown = hint.getBoundingClientRect().height > 0;
+              return scrolls !== shown;
+            }).map(function (outer) {
+              return outer.querySelector('.scroll').getAttribute('aria-label');
+            });
+            """
+        )
+    )
+
+
+def test_a_wide_table_says_it_scrolls_and_each_column_can_be_reached(
+    browser: Any, sqlite_jobs: job.Jobs
+) -> None:
+    jobs = sqlite_jobs
+    first, second = dead(jobs, job.now_us() - 60 * S, "bad1@example.com", "gone1@example.com")
+    with serving(jobs) as base:
+        page = Page(browser, base)
+        page.log_in()
+        browser.set_window_size(PHONE, 900)
+        page.open("/rows?state=dead")
+        hint = page.all("#listing .scroll-hint")[0]
+        box = page.all("#listing .scroll")[0]
+        # The table is wider than the phone: the hint says so, in sight, naming what is not.
+        assert browser.execute_script("return arguments[0].scrollWidth", box) > PHONE
+        assert _in_sight(browser, hint)
+        words = "Scroll sideways for the other columns: "
+        assert (hint.text[: len(words)], hint.text[-2:]) == (words, " →"), hint.text
+        out_of_sight = hint.text.removeprefix(words).removesuffix(" →").split(", ")
+        assert {"attempts", "died", "actions"} <= set(out_of_sight), hint.text
+        heads = {th.text: th for th in page.all("#listing thead th") if th.text}
+        retry = page.by_id(f"retry-{second}")
+        assert not any(_in_sight(browser, heads[name]) for name in ("attempts", "died"))
+        assert not _in_sight(browser, retry)
+        # Scrolled to its end: the hint turns to what is now out of sight on the left ...
+        browser.execute_script("arguments[0].scrollLeft = arguments[0].scrollWidth", box)
+        page.until(lambda: hint.text.startswith(f"{words}← "))
+        assert "actions" not in hint.text
+        # ... and each column can be brought into sight, and its button clicked.
+        for element in (heads["attempts"], heads["died"], retry):
+            browser.execute_script(
+                "arguments[0].scrollIntoView({block: 'center', inline: 'center'})", element
+            )
+            assert _in_sight(browser, element)
+        page.click_and_wait(f"retry-{second}")
+        assert page.text_of("flash") == f"Row {second} is queued again, from its first attempt."
+        # On a desktop the table fits, and no hint shows.
+        browser.set_window_size(1280, 900)
+        page.open("/rows?state=dead")
+        assert page.all("#listing .scroll-hint")[0].is_displayed() is False
+        assert _hint_agrees(browser) == []
+    assert asyncio.run(jobs.row(first)).state == "dead"  # type: ignore[union-attr]
+
+
+_CONTROLS = """
+return Array.from(document.querySelectorAll(
+  '#filter select, #filter input:not([type=hidden]), #filter button'
+)).map(function (control) {
+  var box = control.getBoundingClientRect();
+  var label = control.closest('label');
+  var words = null;
+  if (label) {
+    var range = document.createRange();
+    range.selectNodeContents(label.firstChild);
+    words = range.getBoundingClientRect().top;
+  }
+  return [control.id, box.top, box.bottom, box.right, words];
+});
+"""
+
+
+def test_the_filter_controls_share_one_height_and_their_labels_line_up(
+    browser: Any, sqlite_jobs: job.Jobs
+) -> None:
+    dead(sqlite_jobs, job.now_us() - 5 * S, "bad@example.com", "gone@example.com")
+    with serving(sqlite_jobs) as base:
+        page = Page(browser, base)
+        for width in (PHONE, 1280):
+            browser.set_window_size(width, 900)
+            page.open("/rows?state=dead&kind=mail")
+            controls = browser.execute_script(_CONTROLS)
+            names = [control[0] for control in controls]
+            assert names == ["f-state", "f-kind", "f-error", "apply-filter", "q", "search-go"]
+            heights = {round(bottom - top, 1) for _name, top, bottom, _right, _words in controls}
+            assert len(heights) == 1, (width, controls)
+            # Controls side by side line up, and so do their labels' words above them.
+            rows: dict[float, list[Any]] = {}
+            for control in controls:
+                rows.setdefault(round(control[2], 1), []).append(control)
+            for row in rows.values():
+                tops = {round(words, 1) for *_rest, words in row if words is not None}
+                assert len(tops) <= 1, (width, row)
+            assert all(right <= width for _name, _top, _bottom, right, _words in controls)
+            # Each form's button stands beside the control before it, not under it.
+            for before, button in ((2, 3), (4, 5)):
+                assert round(controls[before][2], 1) == round(controls[button][2], 1), (
+                    width,
+                    controls,
+                )
+
+
+_NUMBERS = """
+var code = arguments[0];
+var walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+var broken = [];
+var numbers = 0;
+for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+  var pattern = /-?\\d+(\\.\\d+)?([eE][+-]?\\d+)?/g;
+  var found;
+  while ((found = pattern.exec(node.data)) !== null) {
+    var range = document.createRange();
+    range.setStart(node, found.index);
+    range.setEnd(node, found.index + found[0].length);
+    var tops = {};
+    Array.from(range.getClientRects()).forEach(function (r) { tops[Math.round(r.top)] = 1; });
+    numbers += 1;
+    if (Object.keys(tops).length > 1) {
+      broken.push(found[0]);
+    }
+  }
+}
+var whole = document.createRange();
+whole.selectNodeContents(code);
+var lines = {};
+Array.from(whole.getClientRects()).forEach(function (r) { lines[Math.round(r.top)] = 1; });
+return [Object.keys(lines).length, numbers, broken];
+"""
+
+
+def test_a_payload_wraps_between_its_members_never_inside_a_number(
+    browser: Any, sqlite_jobs: job.Jobs
+) -> None:
+    sizes = [1_234_567 + 1_111 * n for n in range(40)]
+    payload = json.dumps({"to": "x@example.com", "sizes": sizes, "price": 12.75}).encode()
+    (row,) = asyncio.run(sqlite_jobs.store.push([NewRow("mail", payload, job.now_us())]))
+    assert row is not None
+    with serving(sqlite_jobs, payloads=True) as base:
+        page = Page(browser, base)
+        for width in (PHONE, 1280):
+            browser.set_window_size(width, 900)
+            for path in ("/rows?state=queued", f"/rows/{row}"):
+                page.open(path)
+                lines, numbers, broken = browser.execute_script(_NUMBERS, page.all("code.json")[0])
+                assert lines > 1, (width, path)  # it does wrap ...
+                assert numbers >= 10, (width, path)
+                assert broken == [], (width, path)  # ... and never inside a number
+
+
 # -------------------------------------------------------------------------- screenshots
 
 
@@ -600,6 +792,10 @@ def _demo(jobs: job.Jobs) -> int:
                 assert time.monotonic() < deadline, "the slow rows did not run"
                 await asyncio.sleep(0.02)
         now = job.now_us()
+        # The schedule's last run, a few hours ago (serve seeded its next tick).
+        digest_at = now - 3 * 3_600 * S - 17 * MINUTE
+        await jobs.push(Digest(), at=digest_at)
+        assert await jobs.drain_at(digest_at) == 1
         for ago in range(55, 0, -1):
             at = now - ago * MINUTE
             many = (ago * 7) % 6
@@ -633,7 +829,7 @@ def test_each_page_fits_a_phone_and_a_desktop(
 ) -> None:
     # A file named as an application would name it, so that the page's header reads like one.
     monkeypatch.chdir(tmp_path)
-    jobs = job.Jobs(kinds=[Mail, Resize], store=job.Table("sqlite:///app.db"))
+    jobs = job.Jobs(kinds=[Mail, Resize, Digest], store=job.Table("sqlite:///app.db"))
     asyncio.run(jobs.store.create_missing())
     try:
         one = _demo(jobs)
@@ -648,21 +844,30 @@ def test_each_page_fits_a_phone_and_a_desktop(
         asyncio.run(jobs.store.close())
 
 
+SHOWN = (PHONE, 1280)
+"""The widths of the screenshots docs/dashboard.md shows."""
+
+
 def _shoot(browser: Any, jobs: job.Jobs, one: int, tmp_path: Path) -> None:
     keep = os.environ.get("NILO_TEST_SCREENSHOTS")
-    folder = Path(keep) if keep else tmp_path / "shots"
+    folder = tmp_path / "shots"
     folder.mkdir(parents=True, exist_ok=True)
     pages = {
         "overview": "/",
         "rows": "/rows?state=dead",
         "row": f"/rows/{one}",
         "confirm": "/rows?state=dead&kind=mail&error=SMTPServerDisconnected",
+        # Pages no document shows, checked all the same.
+        "all-rows": "/rows",
+        "refused": "/rows?state=bogus",
+        "missing": "/rows/999999999",
     }
+    shown = ("overview", "rows", "row", "confirm")
     taken = {}
     with serving(jobs, payloads=True, limit=25) as base:
         page = Page(browser, base)
         page.log_in()
-        for width in (360, 1280):
+        for width in (360, *SHOWN):
             for name, path in pages.items():
                 browser.set_window_size(width, 900)
                 page.open(path)
@@ -672,9 +877,16 @@ def _shoot(browser: Any, jobs: job.Jobs, one: int, tmp_path: Path) -> None:
                 inner = browser.execute_script("return document.documentElement.clientWidth")
                 wide = browser.execute_script("return document.documentElement.scrollWidth")
                 assert wide <= inner, f"{name} at {width} px is {wide} px wide"
+                assert _hint_agrees(browser) == [], f"{name} at {width} px"
+                if width not in SHOWN:
+                    continue
                 height = browser.execute_script("return document.documentElement.scrollHeight")
                 browser.set_window_size(width, min(height + 140, 5_000))
+                page.until(lambda: _hint_agrees(browser) == [])  # the hints follow a resize
                 shot = folder / f"{name}-{width}.png"
                 assert browser.save_screenshot(str(shot))
                 taken[shot.name] = _png_size(shot)[0]
-    assert taken == {f"{name}-{width}.png": width for width in (360, 1280) for name in pages}
+                if keep and name in shown:
+                    Path(keep).mkdir(parents=True, exist_ok=True)
+                    (Path(keep) / shot.name).write_bytes(shot.read_bytes())
+    assert taken == {f"{name}-{width}.png": width for width in SHOWN for name in pages}

@@ -1,11 +1,14 @@
 """The dashboard's pages over HTTP (httpx in process), on every store: the overview with its counts,
 rows, schedules and flow charts, the rows page with its filters and keyset pages, a row's page with
 its whole story, an unreadable row, a store of your own, a store that fails, the headers and
-static files, and the app mounted under a prefix or given a measured queue."""
+static files, the app mounted under a prefix or given a measured queue, filter values refused,
+the error filter's list, payloads cut between JSON tokens, and a cron kind's next and last runs."""
 
 import contextlib
+import html
 import re
 import sqlite3
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import nilo_job as job
-from nilo_job.dashboard import dashboard_app
+from nilo_job.dashboard import _rows, dashboard_app
 from nilo_job.dashboard._render import duration, relative
 from nilo_job.metrics import Metrics
 from nilo_job.store.contract import NewRow, RowView, Store
@@ -26,6 +29,7 @@ from tests.helpers.dashboard import (
     Mail,
     Nightly,
     Pulse,
+    Rejected,
     Resize,
     S,
     cells,
@@ -35,12 +39,66 @@ from tests.helpers.dashboard import (
     dead_rows,
     iso,
     listed,
+    login,
     minutes,
     per_kind,
+    read_at,
     stats,
     text,
     utc,
 )
+
+
+@dataclass
+class Order:
+    nilo_job = "order"
+    retry = job.Retry.NONE
+
+    items: list[int]
+
+    def run(self) -> None:
+        pass
+
+
+@dataclass
+class Flaky:
+    nilo_job = "flaky"
+    retry = job.Retry(times=3, backoff=job.Fixed(ms=60_000))
+
+    def run(self) -> None:
+        raise TimeoutError("the server did not answer")
+
+
+@dataclass
+class Tidy:
+    nilo_job = "tidy"
+    retry = job.Retry.NONE
+    schedule = job.cron("*/30 * * * *")
+    overlap = job.Overlap.SKIP
+    missed = job.Missed.DROP
+
+    def run(self) -> None:
+        pass
+
+
+@dataclass
+class Audit:
+    nilo_job = "audit"
+    retry = job.Retry.NONE
+    schedule = job.cron("*/30 * * * *")
+    overlap = job.Overlap.SKIP
+    missed = job.Missed.DROP
+
+    def run(self) -> None:
+        raise Rejected("the audit failed")
+
+
+def problem_of(page: str) -> str:
+    """The page's problem sentence, as text."""
+    found = re.search(r'<p class="problem" id="problem">(.*?)</p>', page)
+    assert found is not None, "no problem on the page"
+    return html.unescape(found.group(1))
+
 
 # ------------------------------------------------------------------------- the overview
 
@@ -96,9 +154,12 @@ async def test_the_overview_shows_counts_rows_and_schedules(store: Store, t: int
         [text(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
         for row in re.findall(r'<tr data-kind="\w+">(.*?)</tr>', page)
     ]
+    after_nightly = utc(Nightly.schedule.next(Nightly.schedule.next(t)))
     assert schedules == [
-        ["nightly", "0 3 * * * (Asia/Jakarta)", "skip", "drop", f"{nightly}, row {later + 3}"],
-        ["pulse", "every 600,000 ms", "queue", "catch_up", f"{utc(t + 600 * S)}, row {later + 4}"],
+        ["nightly", "0 3 * * * (Asia/Jakarta)", f"{nightly}, row {later + 3} then {after_nightly}",
+         "none kept", "skip", "drop"],
+        ["pulse", "every 600,000 ms", f"{utc(t + 600 * S)}, row {later + 4} then "
+         f"{utc(t + 1_200 * S)}", "none kept", "queue", "catch_up"],
     ]  # fmt: skip
     # Read-only: no forms at all, and it says so.
     assert "<form" not in page
@@ -198,11 +259,14 @@ async def test_a_schedule_not_seeded_and_a_tick_running(t: int) -> None:
         tick = Nightly.schedule.next(t)
         await store.claim(["nightly"], tick, tick + S, 1)
         after = (await http.get("/")).text
+    # Not seeded: a cron schedule's runs are fixed in time, so the page gives them all the same.
+    planned = Nightly.schedule.next(read_at(before))
     assert text(re.findall(r'class="next-tick">(.*?)</td>', before)[0]) == (
-        "not seeded yet: serve() or seed() queues it"
+        f"{utc(planned)} (not seeded yet) then {utc(Nightly.schedule.next(planned))}"
     )
+    following = Nightly.schedule.next(max(tick, read_at(after)))
     assert text(re.findall(r'class="next-tick">(.*?)</td>', after)[0]) == (
-        f"running now (the tick due {utc(tick)})"
+        f"running now (the tick due {utc(tick)}) then {utc(following)}"
     )
     assert 'id="none-queued"' in after
     assert 'id="none-dead"' in after
@@ -232,9 +296,11 @@ async def test_a_store_of_your_own_shows_the_rows_its_holding_answers(t: int) ->
         await jobs.seed_at(t)
         async with client(dashboard_app(jobs)) as http:
             pages.append((await http.get("/")).text)
+    tick = Nightly.schedule.next(t)
     assert [text(re.findall(r'class="next-tick">(.*?)</td>', page)[0]) for page in pages] == [
-        f"{utc(Nightly.schedule.next(t))}, row 1",
-        f"{utc(7 * S)}, row 42",
+        f"{utc(tick)}, row 1 then {utc(Nightly.schedule.next(tick))}",
+        # A tick long overdue: the one after it is the schedule's first after the page's moment.
+        f"{utc(7 * S)}, row 42 then {utc(Nightly.schedule.next(read_at(pages[1])))}",
     ]
     assert [counts(page) for page in pages] == [
         {"queued": 1, "running": 0, "dead": 0, "done": 0}
@@ -273,10 +339,13 @@ async def test_payloads_when_asked_are_escaped_and_cut(t: int) -> None:
         page = (await http.get("/")).text
         whole = (await http.get(f"/rows/{long}")).text
     assert "<script>" not in page
-    assert "<code>{&quot;to&quot;:&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;}</code>" in page
+    assert (
+        '<code class="json">{&quot;to&quot;:<wbr>&quot;&lt;script&gt;alert(1)&lt;/script&gt;'
+        "&quot;}</code>"
+    ) in page
     assert cells(page, long)[-1] == '{"to":"' + "x" * 153 + "…"
     assert cells(page, short)[-1] == '{"to":"&lt;script&gt;alert(1)&lt;/script&gt;"}'
-    assert "<code>{&quot;to&quot;:&quot;" + "x" * 300 + "&quot;}</code>" in whole
+    assert '<code class="json">{&quot;to&quot;:<wbr>&quot;' + "x" * 300 + "&quot;}</code>" in whole
 
 
 async def test_the_overview_lists_ten_rows_of_a_state_and_links_to_the_rest(t: int) -> None:
@@ -313,6 +382,12 @@ async def test_a_store_that_cannot_be_read_is_a_503_that_says_why() -> None:
         "refused</p>"
     )
     assert [(a.status_code, problem in a.text) for a in answers] == [(503, True)] * 3
+    # The rows page claims no count it could not read.
+    assert 'id="total"' not in answers[1].text
+    assert (
+        '<p class="empty" id="none">Nothing is listed: the store cannot be read. '
+        '<a href="/rows" id="all-rows">List every row</a>.</p>'
+    ) in answers[1].text
 
 
 async def test_headers_static_files_and_methods() -> None:
@@ -395,7 +470,7 @@ async def test_the_rows_page_filters_by_state_kind_and_error(store: Store, t: in
     # The form shows the filter it applied.
     assert '<option value="dead" selected>dead</option>' in rejected.text
     assert '<option value="mail" selected>mail</option>' in rejected.text
-    assert 'name="error" id="f-error" placeholder="class name" value="Rejected"' in rejected.text
+    assert '<option value="Rejected" selected>Rejected</option>' in rejected.text
     assert listed(nothing) == []
     assert '<p class="empty" id="none">No rows match.</p>' in nothing
     # Without a state: rows of every state, queued first.
@@ -486,9 +561,10 @@ async def test_a_row_page_tells_the_whole_story(store: Store, t: int) -> None:
     ]  # fmt: skip
     assert re.fullmatch(r"\d+ ms", text(done_fields["took"]))  # the run's real length
     assert "ok@example.com" not in done_hidden  # neither payload nor result
-    assert '<section id="payload"><h2>Payload</h2><code>{&quot;to&quot;:&quot;ok@example.com' in (
-        done_shown
-    )
+    assert (
+        '<section id="payload"><h2>Payload</h2><code class="json">{&quot;to&quot;:<wbr>'
+        "&quot;ok@example.com"
+    ) in done_shown
     assert (
         '<section id="result"><h2>Result</h2><pre>{\n  &quot;sent&quot;: '
         "&quot;ok@example.com&quot;\n}</pre></section>"
@@ -562,4 +638,159 @@ async def test_a_measured_queue_shows_the_same(t: int) -> None:
     async with client(dashboard_app(jobs)) as http:
         page = (await http.get("/")).text
     tick = Nightly.schedule.next(t)
-    assert text(re.findall(r'class="next-tick">(.*?)</td>', page)[0]) == f"{utc(tick)}, row 1"
+    assert text(re.findall(r'class="next-tick">(.*?)</td>', page)[0]) == (
+        f"{utc(tick)}, row 1 then {utc(Nightly.schedule.next(tick))}"
+    )
+
+
+# ------------------------------------------------------------ what the filters may hold
+
+
+async def test_every_filter_value_a_page_cannot_read_is_refused_and_no_count_claimed(
+    store: Store, t: int
+) -> None:
+    jobs = job.Jobs(kinds=[Mail, Resize], store=store)
+    dead = await dead_rows(jobs, t, "bad1@x", "bad2@x")
+    (theirs,) = await store.push([NewRow("theirs", b"{}", t)])
+    refused = {
+        "/rows?state=bogus": "state='bogus': a row is queued, running, dead or done",
+        "/rows?state=dead&kind=bogus": (
+            "kind='bogus': no row is of that kind; this queue's kinds are mail, resize"
+        ),
+        "/rows?state=dead&page=x": "page='x': a whole number from 1",
+        "/rows?state=dead&page=0": "page='0': a whole number from 1",
+        "/rows?state=dead&seen=-3": "seen='-3': a whole number from 0",
+        "/rows?state=dead&after=nope": "after='nope' is not a cursor find() gave (its Found.next)",
+        "/rows?error=%00": (
+            "Where(error='\\x00'): no row holds a NUL or a lone surrogate, which no store can keep"
+        ),
+    }
+    nothing = (
+        '<p class="empty" id="none">Nothing is listed: the filter above was refused. '
+        '<a href="/rows" id="all-rows">List every row</a>.</p>'
+    )
+    async with client(dashboard_app(jobs, secret=SECRET)) as http:
+        await login(http)
+        answers = {path: await http.get(path) for path in refused}
+        foreign = await http.get("/rows?kind=theirs")
+        empty = await http.get("/rows?state=done&kind=resize")
+        slow = await http.get("/?refresh=2")
+        word = await http.get("/?refresh=soon")
+    for path, answer in answers.items():
+        page = answer.text
+        assert answer.status_code == 400, path
+        assert problem_of(page) == f"That filter cannot be read: {refused[path]}", path
+        # Nothing is listed, no count is claimed, and nothing can be acted on.
+        assert nothing in page, path
+        assert (listed(page), 'id="total"' in page, 'id="bulk"' in page) == ([], False, False)
+    # A kind another program wrote, and a kind of this queue with no rows, are filters.
+    assert (foreign.status_code, listed(foreign.text)) == (200, [theirs])
+    assert (empty.status_code, listed(empty.text)) == (200, [])
+    assert '<p class="empty" id="none">No rows match.</p>' in empty.text
+    # The overview's one value: refused, said, and the rest of the page as always.
+    for answer, raw in ((slow, "2"), (word, "soon")):
+        assert answer.status_code == 400
+        assert problem_of(answer.text) == (
+            f"That address cannot be read: refresh='{raw}': auto-refresh is every 5 to 3,600 "
+            "seconds (a whole number); it is off"
+        )
+        assert 'http-equiv="refresh"' not in answer.text
+        assert counts(answer.text) == {"queued": 1, "running": 0, "dead": 2, "done": 0}
+        assert listed(answer.text) == [theirs, dead[1], dead[0]]
+
+
+async def test_the_error_filter_offers_the_errors_seen(
+    store: Store, t: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = job.Jobs(kinds=[Mail, Resize, Flaky], store=store)
+    await dead_rows(jobs, t, "bad1@x", "bounce1@x", "bad2@x")  # Rejected, Bounced, Rejected
+    await jobs.push(Resize(n=-1), at=t + 10 * S)  # dies: ValueError
+    waiting = await jobs.push(Flaky(), at=t + 10 * S)  # queued for a retry: TimeoutError
+    assert await jobs.drain_at(t + 10 * S) == 2
+    assert (await jobs.row(waiting)).state == "queued"  # type: ignore[union-attr]
+
+    def choice(page: str) -> list[str]:
+        found = re.search(r'<select name="error" id="f-error">(.*?)</select>', page)
+        assert found is not None, "no error filter"
+        return re.findall(r"<option ([^>]*)>", found.group(1))
+
+    async with client(dashboard_app(jobs)) as http:
+        seen = (await http.get("/rows")).text
+        chosen = (await http.get("/rows?state=dead&error=KeyError")).text
+        monkeypatch.setattr(_rows, "ERRORS_LISTED", 2)
+        commonest = (await http.get("/rows")).text
+        monkeypatch.setattr(_rows, "ERRORS_LISTED", 50)
+        monkeypatch.setattr(_rows, "ERRORS_READ", 1)
+        newest = (await http.get("/rows")).text
+    names = ["Bounced", "Rejected", "TimeoutError", "ValueError"]
+    assert choice(seen) == ['value="" selected', *(f'value="{name}"' for name in names)]
+    # An error chosen in the address (a link from an error's name) stays chosen.
+    assert choice(chosen) == [
+        'value=""',
+        *(f'value="{name}"' for name in names),
+        'value="KeyError" selected',
+    ]
+    assert listed(chosen) == []
+    # Bounded: the commonest when there are more than ERRORS_LISTED, and only the errors of
+    # the ERRORS_READ newest dead rows and first queued rows.
+    assert choice(commonest) == ['value="" selected', 'value="Rejected"', 'value="ValueError"']
+    assert choice(newest) == ['value="" selected', 'value="TimeoutError"', 'value="ValueError"']
+
+
+async def test_a_payload_is_cut_and_wrapped_between_tokens_never_inside_a_number(
+    store: Store, t: int
+) -> None:
+    jobs = job.Jobs(kinds=[Mail, Order], store=store)
+    numbers = await jobs.push(Order(items=[1_234_567 + n for n in range(30)]), at=t)
+    quotes = await jobs.push(Mail(to='"' * 200), at=t + S)
+    async with client(dashboard_app(jobs, payloads=True)) as http:
+        page = (await http.get("/rows?state=queued")).text
+        whole = (await http.get(f"/rows/{numbers}")).text
+    # 160 characters hold 18 numbers and the start of the 19th: the cut falls before it.
+    kept = ",".join(str(1_234_567 + n) for n in range(18))
+    assert cells(page, numbers)[-1] == '{"items":[' + kept + ",…"
+    # A string is cut inside, but never inside an escape: 76 whole \" and not half of one.
+    assert cells(page, quotes)[-1] == '{"to":"' + '\\"' * 76 + "…"
+    # A line may break after each , and : and nowhere else.
+    assert '<code class="json">{&quot;items&quot;:<wbr>[1234567,<wbr>1234568,<wbr>' in page
+    every = ",<wbr>".join(str(1_234_567 + n) for n in range(30))
+    assert f'<code class="json">{{&quot;items&quot;:<wbr>[{every}]}}</code>' in whole
+
+
+async def test_a_cron_kind_shows_its_next_runs_and_its_last_run(store: Store, t: int) -> None:
+    jobs = job.Jobs(kinds=[Tidy, Audit], store=store)
+    schedule = Tidy.schedule  # Audit's is the same
+    async with client(dashboard_app(jobs)) as http:
+        before = (await http.get("/")).text
+        await jobs.seed_at(t)
+        tick = schedule.next(t)
+        assert await jobs.drain_at(tick) == 2  # tidy is done, audit dies
+        after = (await http.get("/")).text
+    done = (await jobs.find(job.Where(state="done", kind="tidy"))).rows[0].id
+    died = (await jobs.find(job.Where(state="dead", kind="audit"))).rows[0].id
+    ticks = {row.kind: row.id for row in await store.holding("schedule", ["audit", "tidy"])}
+
+    def schedules(page: str) -> dict[str, list[str]]:
+        return {
+            kind: [text(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)][2:4]
+            for kind, row in re.findall(r'<tr data-kind="(\w+)">(.*?)</tr>', page)
+        }
+
+    # Before any worker seeded them: the runs the cron expression gives, read from the page's
+    # own moment; no run is kept yet.
+    planned = schedule.next(read_at(before))
+    expected = [f"{utc(planned)} (not seeded yet) then {utc(schedule.next(planned))}", "none kept"]
+    assert schedules(before) == {"tidy": expected, "audit": expected}
+    # After a run: the next tick's row, the run after it, and how the last run ended.
+    coming = schedule.next(tick)
+    assert schedules(after) == {
+        "tidy": [
+            f"{utc(coming)}, row {ticks['tidy']} then {utc(schedule.next(coming))}",
+            f"{utc(tick)}, done, row {done}",
+        ],
+        "audit": [
+            f"{utc(coming)}, row {ticks['audit']} then {utc(schedule.next(coming))}",
+            f"{utc(tick)}, died, row {died}",
+        ],
+    }
+    assert f'<a href="/rows/{died}">row {died}</a>' in after

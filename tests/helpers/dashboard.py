@@ -89,6 +89,14 @@ def iso(us: int) -> str:
     return datetime.fromtimestamp(us / S, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def read_at(page: str) -> int:
+    """The moment the page was read (µs since the epoch, whole seconds), from its header."""
+    found = re.search(r'read <time datetime="([^"]+)">', page)
+    assert found is not None, "no reading time in the header"
+    moment = datetime.fromisoformat(found.group(1).replace("Z", "+00:00"))
+    return int(moment.timestamp()) * S
+
+
 def text(fragment: str) -> str:
     """The fragment without tags and entities, and without the relative hints."""
     plain = re.sub(r'\s*<span class="rel">\(.*?\)</span>', "", fragment)
