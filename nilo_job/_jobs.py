@@ -418,43 +418,60 @@ class Jobs:
 
     # ------------------------------------------------------------------------------ running
 
-    async def drain(self) -> int:
+    async def drain(self, *, raises: bool = False) -> int:
         """Run everything due now, here, one row at a time; the clock is read once.
+
+        Args:
+            raises: a run that raises stops the drain and its exception reaches the caller, as
+                with `drain_at`.
 
         Returns:
             How many runs were called (a row killed without running is not counted).
-        """
-        return await self._drain.drain_at(self._parts.clock.now())
 
-    async def drain_at(self, now_us: int) -> int:
+        Raises:
+            BaseException: with `raises`, what a run raised (see `drain_at`).
+        """
+        return await self._drain.drain_at(self._parts.clock.now(), raises)
+
+    async def drain_at(self, now_us: int, *, raises: bool = False) -> int:
         """Run everything that would be due if it were `now_us` (microseconds since the epoch).
 
         Every read of the clock inside a tick (whether a row is due, when a failed run is tried
         again) reads `now_us`, so a test walks tomorrow, a backoff or a lease with a call rather
         than a sleep. Rows pushed by the runs are run too when due at `now_us`.
 
+        Args:
+            now_us: the moment to run at, µs since the epoch.
+            raises: False (the default): a run that raises is recorded (a retry, or dead) and
+                the drain goes on. True: once that end is written, the drain stops and the
+                run's exception is raised here with its own traceback and a note naming the
+                kind, the row, the attempt and what became of the row (queued again for when,
+                or dead); a row that died of `BadPayload` without running raises that.
+
         Returns:
             How many runs were called.
 
         Raises:
             Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
+            BaseException: with `raises`, what a run raised.
         """
-        return await self._drain.drain_at(now_us)
+        return await self._drain.drain_at(now_us, raises)
 
-    async def run_one(self) -> bool:
-        """Run one row that is due now; False when none is."""
-        return await self._drain.run_one_at(self._parts.clock.now())
+    async def run_one(self, *, raises: bool = False) -> bool:
+        """Run one row that is due now; False when none is. `raises` as for `drain_at`."""
+        return await self._drain.run_one_at(self._parts.clock.now(), raises)
 
-    async def run_one_at(self, now_us: int) -> bool:
+    async def run_one_at(self, now_us: int, *, raises: bool = False) -> bool:
         """Run one row that would be due at `now_us` (µs since the epoch); False when none is.
 
         A row whose payload no longer fits its class is killed as `BadPayload` without running
-        and the next due row is taken instead.
+        and the next due row is taken instead. `raises` as for `drain_at`.
 
         Raises:
             Refusal: `now_us` is not an int from 0 (1970) to the year 9000.
+            BaseException: with `raises`, what the run raised.
         """
-        return await self._drain.run_one_at(now_us)
+        return await self._drain.run_one_at(now_us, raises)
 
     # -------------------------------------------------------------------------------- serve
 

@@ -4,16 +4,23 @@ A test moves the clock by handing a moment to `drain_at(now_us)`: the claim, the
 wait and a schedule's next tick all read that one number, so tomorrow, a backoff or a lease is a
 call rather than a sleep. Rows run one at a time, in the caller's task, through the same
 `Runner` that serve uses.
+
+With `raises=True` a run that raised (or a row that died of `BadPayload` without running)
+stops the drain once its end is written, and its exception is raised to the test, with its own
+traceback and a note naming the kind, the row, the attempt and what became of the row.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 from .._bounds import moment
+from .._kinds import Kind
 from .._process import worker
+from ..store.contract import Died, End, Retrying
 from .parts import Parts
-from .runner import Runner
+from .runner import Ran, Runner
 
 
 class Drain:
@@ -26,16 +33,17 @@ class Drain:
         self.runner = runner
         self.observers = parts.observers
 
-    async def run_one_at(self, now_us: int) -> bool:
+    async def run_one_at(self, now_us: int, raises: bool = False) -> bool:
         """`Jobs.run_one_at`: True if a run was called.
 
         Raises:
             Refusal: `now_us` is not a moment a store can hold (`_bounds.moment`).
+            BaseException: with `raises`, what the run raised (see the module's docstring).
         """
         moment(now_us, "run_one_at({})", "now_us")
-        return await self._run_one_at(now_us, await self.claimable())
+        return await self._run_one_at(now_us, await self.claimable(), raises)
 
-    async def _run_one_at(self, now_us: int, names: tuple[str, ...]) -> bool:
+    async def _run_one_at(self, now_us: int, names: tuple[str, ...], raises: bool) -> bool:
         """One due row of the kinds `names` claimed and run at `now_us`; True if run was called."""
         if not names:
             return False
@@ -48,19 +56,23 @@ class Drain:
                 self.observers.claimed(rows, now_us, began)
             if not rows:
                 return False
-            if await self.runner.execute(rows[0], lambda: now_us):
+            ran = await self.runner.execute(rows[0], lambda: now_us)
+            if raises and ran.error is not None:
+                raise _noted(ran, self.runner.kinds[rows[0].kind], rows[0].id)
+            if ran.called:
                 return True
 
-    async def drain_at(self, now_us: int) -> int:
+    async def drain_at(self, now_us: int, raises: bool = False) -> int:
         """`Jobs.drain_at`: how many runs were called.
 
         Raises:
             Refusal: `now_us` is not a moment a store can hold (`_bounds.moment`).
+            BaseException: with `raises`, what a run raised (see the module's docstring).
         """
         moment(now_us, "drain_at({})", "now_us")
         count = 0
         names = await self.claimable()
-        while await self._run_one_at(now_us, names):
+        while await self._run_one_at(now_us, names, raises):
             count += 1
         return count
 
@@ -68,3 +80,28 @@ class Drain:
         """The kinds to claim: every kind of the queue that is not paused."""
         paused = await self.store.paused()
         return tuple(name for name in self.names if name not in paused)
+
+
+def _noted(ran: Ran, kind: Kind, row_id: int) -> BaseException:
+    """`ran.error` with a note that says which row it came from and what became of the row."""
+    error = ran.error
+    assert error is not None
+    end = ran.end
+    attempt = "" if end is None else f", attempt {end.attempts} of {kind.retry.attempts}"
+    source = "raised by the run of" if ran.called else "not run:"
+    error.add_note(f"nilo-job: {source} {kind.name} row {row_id}{attempt}; {_fate(end)}")
+    return error
+
+
+def _fate(end: End | None) -> str:
+    """What became of a row after its run raised, for a test's reader."""
+    if isinstance(end, Retrying):
+        return f"the row is queued again for {_utc(end.run_at)}"
+    if isinstance(end, Died):
+        return f"the row is dead ({end.error})"
+    return "the row was not ended here"
+
+
+def _utc(us: int) -> str:
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")

@@ -23,7 +23,7 @@ import msgspec
 from .._errors import BadPayload
 from .._kinds import Kind
 from .._types import State, Tick
-from ..store.contract import Claimed, Died, Done, NewRow, Released
+from ..store.contract import Claimed, Died, Done, End, NewRow, Released
 from . import outcome
 from .calling import Execution, arguments, call_async, call_in_thread
 from .ends import Ending
@@ -58,6 +58,18 @@ class Attempt:
     then_at_end: bool
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ran:
+    """What `Runner.execute` did with one claimed row: `called`, whether its run was called;
+    `end`, the end decided for it (None when none was: a row handed back because an earlier
+    thread of it still runs here); `error`, what the run raised, or the `BadPayload` a row
+    died of without running (None when it returned)."""
+
+    called: bool
+    end: End | None = None
+    error: BaseException | None = None
+
+
 class Runner:
     """Runs the claimed rows of one queue, one `execute` per row.
 
@@ -88,8 +100,8 @@ class Runner:
 
     async def execute(
         self, row: Claimed, clock: Callable[[], int], free: Callable[[], None] = _nothing
-    ) -> bool:
-        """Run one claimed row to its end and write the end. True if `run` was called.
+    ) -> Ran:
+        """Run one claimed row to its end and write the end; what was done with it.
 
         `clock()` is the tick's clock (µs). `free()` is called once the row no longer needs its
         worker: an async run's as soon as its run has returned, before its end is written
@@ -97,22 +109,21 @@ class Runner:
         """
         kind = self.kinds[row.kind]
         if row.unreadable is not None:
-            await self._bad_payload(kind, row, f"the store cannot read it: {row.unreadable}", clock)
-            return False
+            why = f"the store cannot read it: {row.unreadable}"
+            return await self._bad_payload(kind, row, why, clock)
         then_at_end = False
         if self.ticks.holds_schedule(kind, row):
             start = await self.ticks.start(kind, row, clock())
             if start.dropped is not None:
                 done = Done(row.id, row.attempts, start.dropped)
                 await self.ends.end(Ending(kind, row, done, dropped=True))
-                return False
+                return Ran(False, done)
             then_at_end = start.next_at_end
         try:
             value = kind.codec.decode(row.payload)
         except BadPayload as error:
             then = self.ticks.next_row(kind, row.run_at, clock()) if then_at_end else None
-            await self._bad_payload(kind, row, str(error), clock, then)
-            return False
+            return await self._bad_payload(kind, row, str(error), clock, then)
         # Two executions of one row never overlap in this process: while a timed-out sync run's
         # thread is still going, a new claim of its row is given back, due a second later.
         previous = self.busy.get(row.id)
@@ -123,12 +134,11 @@ class Runner:
                 kind.name, row.id, extra={"kind": kind.name, "row": row.id},
             )  # fmt: skip
             await self.ends.give_back([row], run_at=clock() + _BUSY_AGAIN_US)
-            return False
+            return Ran(False)
         execution = Execution(functools.partial(self._forget, row.id))
         self.busy[row.id] = execution
         try:
-            await self._run(Attempt(kind, row, value, clock, free, execution, then_at_end))
-            return True
+            return await self._run(Attempt(kind, row, value, clock, free, execution, then_at_end))
         finally:
             if kind.is_async or not execution.thread_started:
                 execution.end()
@@ -140,17 +150,18 @@ class Runner:
         why: str,
         clock: Callable[[], int],
         then: NewRow | None = None,
-    ) -> None:
+    ) -> Ran:
         """Kill `row` as `BadPayload` without running it: `why` says what is wrong with it."""
         detail = storable(f"{why} (the row did not run)", MESSAGE_CHARS)
         end = Died(row.id, row.attempts, clock(), BadPayload.__name__, detail, then)
         await self.ends.end(Ending(kind, row, end))
+        return Ran(False, end, BadPayload(detail))
 
     def _forget(self, row_id: int, execution: Execution) -> None:
         if self.busy.get(row_id) is execution:
             del self.busy[row_id]
 
-    async def _run(self, attempt: Attempt) -> None:
+    async def _run(self, attempt: Attempt) -> Ran:
         """Call `attempt`'s run, decide its end and have it written and told."""
         kind, row, clock, execution = attempt.kind, attempt.row, attempt.clock, attempt.execution
         started = clock()
@@ -231,6 +242,7 @@ class Runner:
                 await execution.wait()
         if stop and error is not None:
             raise error
+        return Ran(True, end, error)
 
     def _with_progress(self, ending: Ending) -> Ending:
         """`ending` with its run's last progress figure, which this process forgets now."""
