@@ -264,21 +264,29 @@ async def test_serve_behind_pgbouncer_without_listen_url_polls_and_says_so(
 # --------------------------------------------------------------------- real worker processes
 
 
+def worker_env(
+    monkeypatch: pytest.MonkeyPatch, store: str, out: Path, poll_ms: int
+) -> dict[str, str]:
+    """The environment the worker processes read (tests/helpers/procs_kinds.py), set here too."""
+    values = {
+        "NILO_TEST_STORE": store,
+        "NILO_TEST_OUT": str(out),
+        "NILO_TEST_TIMEOUT_MS": "20000",
+        "NILO_TEST_POLL_MS": str(poll_ms),
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
 @pytest.fixture
 def env(
     bouncer: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, str]:
     """The worker processes' environment: the store is PgBouncer's URL, saying the pooler and
     the direct URL to listen on in its own query (as a deployment's one setting would)."""
-    values = {
-        "NILO_TEST_STORE": f"{bouncer}?nilo_pooler=true&nilo_listen_url={quote(pg_url, safe='')}",
-        "NILO_TEST_OUT": str(tmp_path),
-        "NILO_TEST_TIMEOUT_MS": "20000",
-        "NILO_TEST_POLL_MS": "200",
-    }
-    for key, value in values.items():
-        monkeypatch.setenv(key, value)
-    return values
+    told = f"{bouncer}?nilo_pooler=true&nilo_listen_url={quote(pg_url, safe='')}"
+    return worker_env(monkeypatch, told, tmp_path, poll_ms=200)
 
 
 @pytest.fixture
@@ -498,15 +506,7 @@ def untold_env(
     """The worker processes' environment: PgBouncer's URL, with nothing said about it, through
     the PgBouncer that lets the workers' sessions open (so, without the look, their statements
     prepared on shared sessions would meet each other's)."""
-    values = {
-        "NILO_TEST_STORE": lenient_bouncer,
-        "NILO_TEST_OUT": str(tmp_path),
-        "NILO_TEST_TIMEOUT_MS": "20000",
-        "NILO_TEST_POLL_MS": "100",
-    }
-    for key, value in values.items():
-        monkeypatch.setenv(key, value)
-    return values
+    return worker_env(monkeypatch, lenient_bouncer, tmp_path, poll_ms=100)
 
 
 @pytest.fixture
