@@ -8,6 +8,8 @@ since the epoch and durations milliseconds, as their names say.
     a duration (`after_ms`, `timeout_ms`, ...)    at most ten years, in ms
     a row id                                     1 to 2**63 - 1
     `Retry(times=...)`                           0 to 2**31 - 2 (attempts are times + 1)
+    a kind's `snoozes`                           0 to 2**31 - 2
+    a store's `max_payload`                      1 to 1,000,000,000 bytes
 
 The latest moment leaves room: everything the queue derives from a moment (a lease, a retry's
 wait, a schedule's next tick, each at most ten years on) is still a date Python's `datetime`,
@@ -84,11 +86,21 @@ RETRIES = Span(0, INT32_MAX - 1, "a count of retries", "a row's attempts, times 
                "32-bit integer in PostgreSQL")  # fmt: skip
 """`Retry(times=...)`."""
 
+SNOOZES = Span(0, INT32_MAX - 1, "a count of snoozes", "a row's snoozes are a 32-bit integer in "
+               "PostgreSQL")  # fmt: skip
+"""A kind's `snoozes`: how many times one row may snooze before a snooze counts as an attempt."""
+
 WORKERS = Span(1, 100_000, "a count of runs at once", "each is a task of this process")
 """`job.Jobs(workers=...)`, `nilo-job worker --workers`."""
 
 FIGURE = Span(INT64_MIN, INT64_MAX, "an int", "64-bit")
 """A run's progress figure."""
+
+PAYLOAD_BYTES = Span(
+    1, 1_000_000_000, "a positive number of bytes", "the longest text SQLite keeps"
+)
+"""A store's `max_payload`: the largest JSON one row may carry, in bytes. PostgreSQL keeps up to
+1 GiB in a value, SQLite 1,000,000,000 bytes by default."""
 
 
 def whole(value: object, span: Span, said: str, name: str) -> int:

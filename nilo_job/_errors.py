@@ -2,7 +2,8 @@
 
     JobError             the root of the queue's own errors
     ├── QueueFull        a job.Memory store has no room for the row
-    ├── PayloadTooLarge  a payload's JSON is larger than the store's max_payload
+    ├── PayloadTooLarge  a payload's JSON is larger than the store's max_payload (also a
+    │                    Refusal: refused at push, nothing written)
     ├── TimedOut         the name a run that outlived its timeout_ms records; never final
     ├── BadPayload       the name a row records when its stored JSON no longer fits its class
     ├── LeaseLost        a worker tried to finish a row another worker has since claimed
@@ -14,6 +15,9 @@
 
 A job's own exceptions are never wrapped: a dead row keeps their class name, so `dead_ones`
 says `Rejected` rather than a word of the queue's.
+
+`job.Snooze` and `job.RetryIn` are not errors but words a run raises to say when it runs again
+(`_types`); they stand outside this tree.
 """
 
 from __future__ import annotations
@@ -31,10 +35,6 @@ class QueueFull(JobError):
     A full Memory answers QueueFull rather than writing over the oldest row: it is a queue, not a
     cache. Nothing is written by the push that raised it.
     """
-
-
-class PayloadTooLarge(JobError):
-    """A payload's JSON is larger than the store's `max_payload` (bytes). Nothing is written."""
 
 
 class TimedOut(JobError):
@@ -73,6 +73,13 @@ class Refusal(TypeError, ValueError):
     `job.cron(...)` for a bad expression, and by `push` for options that cannot go together or a
     payload that cannot round-trip. The message names the class and the field and says what to
     write instead. `nilo-job check module:attr` prints them for CI.
+    """
+
+
+class PayloadTooLarge(JobError, Refusal):
+    """A payload's JSON is larger than the store's `max_payload` (bytes): refused at `push`,
+    `push_many` and `push_in`, naming the size, the limit and how to raise it. Nothing is
+    written. Both a `JobError` and a `Refusal`.
     """
 
 

@@ -40,6 +40,7 @@ from ._worker.parts import Parts
 from ._worker.pruner import Pruner
 from ._worker.runner import Runner
 from ._worker.server import Server
+from .store._target import shown
 from .store.contract import Store
 
 SEED_MOST_US = LAST_US
@@ -100,7 +101,8 @@ class Jobs:
         if lacks := [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]:
             which = "has none" if len(lacks) == len(_STORE_METHODS) else f"lacks {', '.join(lacks)}"
             raise Refusal(
-                f"job.Jobs(store={store!r}): pass job.Table('sqlite:///app.db'), "
+                f"job.Jobs(store={repr(shown(store)) if isinstance(store, str) else repr(store)}): "
+                "pass job.Table('sqlite:///app.db'), "
                 "job.Table('postgresql://…') or job.Memory(bytes=1 << 20); a store of your own "
                 f"must have every method of nilo_job.store.contract.Store, and this one {which}"
             )
@@ -219,7 +221,9 @@ class Jobs:
 
         Raises:
             Refusal: bad options or a payload that cannot round-trip; nothing is written.
-            QueueFull, PayloadTooLarge: the store has no room (Memory); nothing is written.
+            PayloadTooLarge: the payload's JSON is over the store's `max_payload` (a `Refusal`
+                too); nothing is written.
+            QueueFull: the store has no room (Memory); nothing is written.
             StoreUnavailable: the store cannot be reached; nothing is written.
         """
         return await self._producer.push(value, after_ms, at, unique, within)
@@ -246,7 +250,9 @@ class Jobs:
 
         Raises:
             Refusal: a value cannot be pushed (nothing is written).
-            QueueFull, PayloadTooLarge: the store has no room (Memory); nothing is written.
+            PayloadTooLarge: a payload's JSON is over the store's `max_payload` (a `Refusal`
+                too); nothing is written.
+            QueueFull: the store has no room (Memory); nothing is written.
             StoreUnavailable: the store cannot be reached; nothing is written.
         """
         return await self._producer.push_many(values, after_ms, at)
@@ -283,6 +289,8 @@ class Jobs:
         Raises:
             Refusal: `tx` is not one the store can write through (the message lists them), the
                 store is a `job.Memory`, `within` is given, or the options cannot go together.
+            PayloadTooLarge: the payload's JSON is over the store's `max_payload`; nothing is
+                written through `tx`.
         """
         refuse_within(within)
         return await self._producer.push_in(tx, value, after_ms, at, unique)
@@ -339,7 +347,8 @@ class Jobs:
         """The rows that failed for the last time, newest first, at most `limit`.
 
         Each keeps its error's class name, message and traceback; its payload is the stored JSON
-        as plain values.
+        as plain values, or, longer than 4,096 characters, the start of that JSON as a str with
+        `payload_cut` True (a list reads only the start of each payload; `row` reads it whole).
 
         Raises:
             Refusal: `limit` is not a whole number from 1 to 100,000.
@@ -532,7 +541,9 @@ class Jobs:
         return await self._operator.row(row_id)
 
     async def find(self, where: Where, *, after: str | None = None, limit: int = 100) -> Found:
-        """A page of the rows that match `where`, at most `limit` (1 to 1,000).
+        """A page of the rows that match `where`, at most `limit` (1 to 1,000). A payload whose
+        JSON is longer than 4,096 characters is its start, as a str, with `payload_cut` True:
+        a page reads a bounded amount whatever its rows carry, and `row` reads the whole.
 
         Queued and running rows come by due time, oldest first; dead and done rows newest first.
         Pass the page's `next` as `after` for the page after it: pages are keyset pages, so page

@@ -1,4 +1,5 @@
-"""Reading a job class: its name, retry, final errors, timeout, the run signature and its payload.
+"""Reading a job class: its name, retry, final errors, timeout, snoozes, concurrency limit, the
+run signature and its payload.
 
 Every mistake in a definition is found here, when `job.Jobs(...)` is built rather than when the
 first row runs, and each is a `Refusal` naming the class, the field and what to write. The result
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._bounds import POSITIVE_MS, whole
+from ._bounds import POSITIVE_MS, SNOOZES, Span, whole
 from ._codec import Codec, field_names, is_record, required
 from ._errors import Refusal, TimedOut
 from ._schedule import Schedule
@@ -21,6 +22,10 @@ from ._types import Missed, Overlap, Retry, Run, Tick
 
 MAX_NAME_BYTES = 64
 """The longest kind name and unique key, in UTF-8 bytes."""
+
+SNOOZES_DEFAULT = 100
+"""How many times one row of a kind may snooze (`job.Snooze`) before a snooze counts as a failed
+attempt, unless the class says `snoozes = N`."""
 
 
 def name_problem(text: str) -> str | None:
@@ -41,7 +46,13 @@ def name_problem(text: str) -> str | None:
     return None
 
 
-_SETTINGS = ("nilo_job", "retry", "final", "timeout_ms", "schedule", "overlap", "missed")
+_SETTINGS = (
+    "nilo_job", "retry", "final", "timeout_ms", "schedule", "overlap", "missed", "snoozes",
+    "concurrency",
+)  # fmt: skip
+
+CONCURRENCY = Span(1, 100_000, "a count of runs at once", "across every process on the store")
+"""A kind's `concurrency`: the most of its rows running at once, across every process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +66,10 @@ class Param:
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """A job class as the queue uses it."""
+    """A job class as the queue uses it. `snoozes` is how many times one of its rows may
+    snooze before a snooze counts as a failed attempt (`SNOOZES_DEFAULT` unless the class
+    says). `concurrency` is the most of its rows running at once across every process on the
+    store (None: no limit)."""
 
     cls: type
     name: str
@@ -68,6 +82,8 @@ class Kind:
     schedule: Schedule | None = None
     overlap: Overlap | None = None
     missed: Missed | None = None
+    snoozes: int = SNOOZES_DEFAULT
+    concurrency: int | None = None
 
     def is_final(self, error: BaseException) -> bool:
         """Whether `error` kills the row at once, whatever retry says (`final`)."""
@@ -126,6 +142,8 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
     retry = _read_retry(cls)
     final = _read_final(cls, retry)
     timeout_ms = _read_timeout(cls)
+    snoozes = _read_snoozes(cls)
+    concurrency = _read_concurrency(cls)
     run = getattr(cls, "run", None)
     if run is None or not callable(run):
         raise Refusal(f"{name} has no run method: add `def run(self) -> None:` with the work")
@@ -145,6 +163,8 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
         schedule=schedule,
         overlap=overlap,
         missed=missed,
+        snoozes=snoozes,
+        concurrency=concurrency,
     )
 
 
@@ -222,6 +242,20 @@ def _read_timeout(cls: type) -> int | None:
     if value is None:
         return None
     return whole(value, POSITIVE_MS, f"{cls.__name__}.timeout_ms = {{}}", "timeout_ms")
+
+
+def _read_concurrency(cls: type) -> int | None:
+    value = getattr(cls, "concurrency", None)
+    if value is None:
+        return None
+    return whole(value, CONCURRENCY, f"{cls.__name__}.concurrency = {{}}", "concurrency")
+
+
+def _read_snoozes(cls: type) -> int:
+    value = getattr(cls, "snoozes", None)
+    if value is None:
+        return SNOOZES_DEFAULT
+    return whole(value, SNOOZES, f"{cls.__name__}.snoozes = {{}}", "snoozes")
 
 
 def _read_schedule(cls: type) -> tuple[Schedule | None, Overlap | None, Missed | None]:

@@ -17,11 +17,12 @@ from typing import Literal, Protocol, runtime_checkable
 from ._types import Tick
 from .store.contract import Claimed, NewRow
 
-Outcome = Literal["done", "retrying", "dead", "released", "dropped", "lost"]
-"""How a claimed row ended: run and done; failed and queued again; dead (a run that failed for
-the last time, or a payload that no longer fits, as `BadPayload`); given back unrun at a
-shutdown; a schedule's missed tick dropped unrun; or lost: the end was not written because
-another worker had taken the row after its lease ran out."""
+Outcome = Literal["done", "retrying", "dead", "released", "dropped", "lost", "snoozed"]
+"""How a claimed row ended: run and done; failed and queued again; dead (a run that failed for the
+last time, or a payload that no longer fits, as `BadPayload`); given back unrun at a shutdown;
+run and snoozed (`job.Snooze`: queued again, its attempt uncounted); a schedule's missed tick
+dropped unrun; or lost: the end was not written because another worker had taken the row after
+its lease ran out."""
 
 
 @runtime_checkable

@@ -1,6 +1,10 @@
 """The operator's calls: read a row's whole story, find rows page by page, act on many rows at
 once, pause a kind, and read the flow of each kind over the last hour.
 
+A list (`find`, `dead_ones`) reads only the start of each payload from the store, and shows at
+most `LISTED_CHARS` characters of it: a page costs a bounded read whatever its rows carry, and
+`row` reads the whole payload.
+
 Acting on many rows goes in batches of `BATCH` rows, each batch one transaction: a call over
 every row that matches a filter never holds the table for long, and one that fails part way has
 changed whole batches only. The dashboard and the command line are thin faces over these calls.
@@ -20,7 +24,7 @@ from ._errors import Refusal
 from ._types import Dead, Flow, Found, Row, State, Stats, Status, Where, is_unicode
 from ._worker.parts import Parts
 from ._worker.ticks import SCHEDULE_KEY
-from .store.contract import INT64_MAX, INT64_MIN, DeadRow, RowView, Store
+from .store.contract import INT64_MAX, INT64_MIN, LISTED_CHARS, DeadRow, RowView, Store
 
 BATCH = 500
 """Rows per transaction when acting on many rows."""
@@ -43,17 +47,29 @@ Target = Sequence[int] | Where
 
 
 def dead_of(row: DeadRow) -> Dead:
-    """A dead row as users read it: its payload as plain values (it may no longer fit its
-    class)."""
+    """A dead row as a list shows it: its payload as plain values (it may no longer fit its
+    class), or the start of its JSON as a str when longer than `LISTED_CHARS` (`cut_short`)."""
+    short = cut_short(row.payload)
     return Dead(
-        row.id, row.kind, row.error, row.attempts, plain(row.payload), row.died_at, row.detail,
-        row.traceback,
+        row.id, row.kind, row.error, row.attempts, plain(row.payload) if short is None else short,
+        row.died_at, row.detail, row.traceback, payload_cut=short is not None,
     )  # fmt: skip
 
 
-def row_of(view: RowView) -> Row:
-    """A stored row as users read it: payload and result as plain values."""
-    payload = None if view.unreadable else _plain_or_none(view.payload)
+def cut_short(payload: bytes) -> str | None:
+    """The first `LISTED_CHARS` characters of `payload`, when it is longer than that (a store
+    answered a list with its start, `contract.listed`); None when it is all there."""
+    if len(payload) <= LISTED_CHARS:
+        return None  # no longer in characters than in bytes
+    text = payload.decode("utf-8", "replace")
+    return text[:LISTED_CHARS] if len(text) > LISTED_CHARS else None
+
+
+def row_of(view: RowView, *, in_list: bool = False) -> Row:
+    """A stored row as users read it: payload and result as plain values. `in_list`: read by a
+    list, so a payload longer than `LISTED_CHARS` is the start of its JSON (`cut_short`)."""
+    short = cut_short(view.payload) if in_list and not view.unreadable else None
+    payload = None if view.unreadable else _plain_or_none(view.payload) if short is None else short
     result = None if view.result is None else _plain_or_none(view.result)
     return Row(
         id=view.id, kind=view.kind, state=view.state, payload=payload, attempts=view.attempts,
@@ -61,6 +77,7 @@ def row_of(view: RowView) -> Row:
         started_at=view.started_at, finished_at=view.finished_at, died_at=view.died_at,
         lease_until=view.lease_until, worker=view.worker, error=view.error, message=view.detail,
         traceback=view.traceback, result=result, unreadable=view.unreadable,
+        payload_cut=short is not None, snoozes=view.snoozes,
     )  # fmt: skip
 
 
@@ -190,12 +207,13 @@ class Operator:
             for state in ("queued", "running", "dead", "done"):
                 found = await self.store.find(dataclasses.replace(where, state=state), None, limit)
                 rows.extend(found[: limit - len(rows)])
-            return Found([row_of(view) for view in rows], None)
+            return Found([row_of(view, in_list=True) for view in rows], None)
         key = None if after is None else read_cursor(after)
         views = await self.store.find(where, key, limit + 1)
         more = len(views) > limit
         views = views[:limit]
-        return Found([row_of(view) for view in views], cursor_of(views[-1]) if more else None)
+        page = [row_of(view, in_list=True) for view in views]
+        return Found(page, cursor_of(views[-1]) if more else None)
 
     async def count(self, where: Where) -> int:
         if not isinstance(where, Where):

@@ -2,7 +2,9 @@
 
 `push`, `push_many` and `push_in` check their options (one of `after_ms` and `at`, a key of at
 most 64 bytes, a time a store can hold), encode the value with its kind's codec (refusing what
-would not come back equal), and write the row: alone when nothing else is being written,
+would not come back equal), check the JSON's size against the store's `max_payload` (the one
+place every payload the queue writes is measured: a scheduled kind's tick payload, built once,
+is measured as the queue is built), and write the row: alone when nothing else is being written,
 grouped with concurrent pushes of this queue otherwise (`Grouped`), or through the caller's own
 transaction (`push_in`). `within` asks a Space before the table. After the write, serve in this
 process is woken for the row (`Wakeups`), or, when one of its workers is idle on this event loop
@@ -15,23 +17,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ._bounds import due, moment
-from ._errors import Refusal
+from ._bounds import PAYLOAD_BYTES, due, moment
+from ._errors import PayloadTooLarge, Refusal, is_int
 from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
 from ._spaces import Space
 from ._types import State
 from ._worker.handover import HandOver
 from ._worker.parts import Parts
-from .store.contract import NewRow
+from .store.contract import NewRow, Store
+from .store.memory import Memory
 
 
 class Producer:
-    """Pushes rows of one queue's kinds, through the queue's `parts`."""
+    """Pushes rows of one queue's kinds, through the queue's `parts`.
+
+    Raises (at construction):
+        PayloadTooLarge: a scheduled kind's tick payload (every field at its default) is over
+            the store's `max_payload`.
+    """
 
     def __init__(self, parts: Parts) -> None:
         self.kinds = {kind.cls: kind for kind in parts.kinds.values()}
         self.store = parts.store
+        # The largest payload the store takes (bytes of JSON); None: a store without the limit.
+        self.max_payload = max_payload_of(parts.store)
+        for kind in parts.ticks.scheduled:
+            self.check_size(kind, parts.ticks.payloads[kind.name], "job.Jobs(kinds=[...])")
         self.clock = parts.clock  # for `after_ms`
         self.statuses = parts.statuses
         self.observers = parts.observers
@@ -57,6 +69,7 @@ class Producer:
         Raises:
             Refusal: `value` is not of a kind of this queue, the options cannot go together, a
                 time is not one a store can hold (`_bounds`), or the payload cannot round-trip.
+            PayloadTooLarge: the payload's JSON is over the store's `max_payload`.
         """
         kind = self.kinds.get(type(value))
         if kind is None:
@@ -79,7 +92,32 @@ class Producer:
                     f"(a key is at most {MAX_NAME_BYTES} bytes of UTF-8)"
                 )
         payload = kind.codec.encode(value)
+        if self.max_payload is not None and len(payload) > self.max_payload:
+            self.check_size(kind, payload, call)
         return kind, NewRow(kind.name, payload, run_at, unique, pushed_at=now)
+
+    def check_size(self, kind: Kind, payload: bytes, call: str) -> None:
+        """Refuse `payload`, of `kind`, when it is over the store's `max_payload`.
+
+        Raises:
+            PayloadTooLarge: it is; the sentence names `call`, the size, the limit and how to
+                raise it.
+        """
+        limit = self.max_payload
+        if limit is None or len(payload) <= limit:
+            return
+        name = kind.cls.__name__
+        if call.startswith("job.Jobs"):
+            what = f"the scheduled kind {name}'s tick payload (every field at its default)"
+            instead = "give its fields smaller defaults"
+        else:
+            what = f"this {name} payload"
+            instead = "push a reference to large data (a file's path, an object's key) instead"
+        raise PayloadTooLarge(
+            f"{call}: {what} is {len(payload):,} bytes of JSON, over the store's max_payload of "
+            f"{limit:,} bytes; nothing was pushed. {instead[:1].upper()}{instead[1:]}, or raise "
+            f"the limit: {_raise_with(self.store)} takes up to {PAYLOAD_BYTES.most:,} bytes"
+        )
 
     async def push(
         self,
@@ -186,6 +224,22 @@ class Producer:
             answers: list[int | None] = push_in_now(tx, [row])
             self.observers.pushed([row], answers)
         return answers[0]
+
+
+def max_payload_of(store: Store) -> int | None:
+    """The store's `max_payload` (bytes of JSON), or None when it has none (a store of your own
+    may leave it out, and then takes payloads of any size)."""
+    limit = getattr(store, "max_payload", None)
+    return limit if is_int(limit, 1) else None
+
+
+def _raise_with(store: Store) -> str:
+    """How the limit of `store` is raised, as the user writes it."""
+    if isinstance(store, Memory):
+        return "job.Memory(max_payload=...)"
+    if type(store).__module__.startswith("nilo_job.store."):
+        return "job.Table(..., max_payload=...)"
+    return f"the max_payload of {type(store).__name__}"
 
 
 def not_a_kind(value: object, kinds: list[type]) -> str:

@@ -5,6 +5,8 @@ anything its writer put there.
 (bidirectional marks, overrides and isolates) as an escape (`\\x1b`, `\\u202e`). Text so shown can
 neither drive a terminal (a window title, a clear screen), nor forge a log line (a newline), nor
 reorder what a line appears to say. The command line's text output and the worker's log use it.
+
+`count_of` says a count in words: "1 row", "2 rows".
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ def printable(text: str, *, lines: bool = False) -> str:
     if lines:
         return "\n".join(printable(line) for line in text.split("\n"))
     return _UNPRINTABLE.sub(_escape, text)
+
+
+def count_of(n: int, one: str, many: str | None = None) -> str:
+    """`n` and the noun, plural unless `n` is 1: "1 row", "3 rows" (`many` for a plural that
+    is not `one` + "s")."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _escape(found: re.Match[str]) -> str:

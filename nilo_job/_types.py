@@ -99,6 +99,59 @@ class Retry:
 Retry.NONE = Retry(times=0)
 
 
+class Snooze(Exception):
+    """Raised by a run: "not now, run me again in `ms` milliseconds", without spending an
+    attempt.
+
+    The row goes back to `queued`, due `ms` after the moment of the attempt (on the tick's
+    clock: under `drain_at(t)` it is due at `t + ms`), with its attempts as they were before
+    this one and its unique key kept. Each snooze of a row is counted (`Row.snoozes`); once a
+    row has snoozed as many times as its kind's `snoozes` allows (100 unless the class says),
+    its next snooze counts as a failed attempt named `Snooze`, so that the kind's `retry`
+    ends a row that snoozes forever.
+
+        raise job.Snooze(ms=60_000)   # the partner's API is rate-limited: back in a minute
+
+    Raises:
+        Refusal: `ms` is not whole milliseconds from 0 to ten years.
+    """
+
+    def __init__(self, ms: int) -> None:
+        self.ms: int = whole(ms, MS, "Snooze(ms={})", "ms")
+        super().__init__(self.ms)
+
+    def __str__(self) -> str:
+        return f"snooze for {self.ms:,} ms"
+
+
+class RetryIn(Exception):
+    """Raised by a run: this attempt failed, and the next one is due in `ms` milliseconds
+    rather than after the kind's backoff.
+
+    It is a failed attempt like any other: it spends an attempt, and the row is dead when it
+    was the last (or when its cause is in the kind's `final`). Raised `from` an error, the row
+    records that error's class name and message; raised alone, `RetryIn` and "retry in 5,000
+    ms".
+
+        except RateLimited as error:
+            raise job.RetryIn(ms=error.retry_after_ms) from error
+
+    Raises:
+        Refusal: `ms` is not whole milliseconds from 0 to ten years.
+    """
+
+    def __init__(self, ms: int) -> None:
+        self.ms: int = whole(ms, MS, "RetryIn(ms={})", "ms")
+        super().__init__(self.ms)
+
+    def __str__(self) -> str:
+        return f"retry in {self.ms:,} ms"
+
+
+# Named where users import them, as the errors are (`_errors`).
+Snooze.__module__ = RetryIn.__module__ = "nilo_job"
+
+
 class State(enum.StrEnum):
     """Where a row is: `queued` (due now or later, including a retry's wait), `running` (claimed
     under a lease), `done` (finished; only a status Space remembers it), `dead` (failed for the
@@ -188,7 +241,12 @@ class Dead:
     """A row that failed for the last time: `error` is the exception's class name, `payload` the
     row's JSON decoded to plain Python values, `died_at` microseconds since the epoch, `message`
     the exception's message and `traceback` its traceback as Python prints it (each "" when the
-    row has none, as for a row that died before this version kept them)."""
+    row has none, as for a row that died before this version kept them).
+
+    `dead_ones` is a list, and a list reads only the start of each payload: a payload whose JSON
+    is longer than 4,096 characters is its first 4,096 characters, as a `str` (JSON cut short,
+    not parsed), and `payload_cut` is True. `jobs.row(id)` reads it whole.
+    """
 
     id: int
     kind: str
@@ -198,6 +256,7 @@ class Dead:
     died_at: int
     message: str = ""
     traceback: str = ""
+    payload_cut: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +357,12 @@ class Row:
     `started_at` (its last attempt), `finished_at` (done), `died_at` (dead), `lease_until`
     (running). `worker` is "host:pid" of the process that ran the last attempt. `error`,
     `message` and `traceback` are the last failure's class name, message and traceback.
+    `snoozes` is how many times its runs snoozed (`job.Snooze`); None for a done row, whose
+    history does not keep it.
+
+    `jobs.row(id)` reads the whole payload. A list (`jobs.find`) reads only the start of each:
+    a payload whose JSON is longer than 4,096 characters is its first 4,096 characters, as a
+    `str` (JSON cut short, not parsed), and `payload_cut` is True.
     """
 
     id: int
@@ -318,6 +383,8 @@ class Row:
     traceback: str | None = None
     result: Any = None
     unreadable: str | None = None
+    payload_cut: bool = False
+    snoozes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ What is measured (times in seconds):
                                                     seeding); a unique key already taken is not
     nilo_job_runs_total{kind,outcome}    counter    ends this process wrote: done, retrying,
                                                     dead, released (given back at shutdown),
-                                                    dropped (a missed tick)
+                                                    dropped (a missed tick), snoozed
     nilo_job_failures_total{kind,error}  counter    failed attempts, by the exception's class name
     nilo_job_run_seconds{kind}           histogram  how long each call of run took
     nilo_job_claim_seconds               histogram  how long one claim took against the store
@@ -120,7 +120,7 @@ class Metrics:
         self.runs = Counter(
             "nilo_job_runs",
             "Rows this process ended, by kind and outcome (done, retrying, dead, released, "
-            "dropped).",
+            "dropped, snoozed).",
             ["kind", "outcome"],
             registry=self.registry,
         )
@@ -173,7 +173,9 @@ class Metrics:
         """Read the rows by kind and state from the store, for the next scrape.
 
         A store that cannot be read leaves `nilo_job_store_up` at 0 and no `nilo_job_rows`
-        (stale counts would be worse than none); it is logged, not raised.
+        (stale counts would be worse than none); it is logged, not raised. So is any other
+        failure of the reads (what a row another program wrote could cause), with its
+        traceback: a scrape never fails.
         """
         store = self.jobs.store
         try:
@@ -183,6 +185,9 @@ class Metrics:
             paused = await store.paused()
         except (JobError, OSError) as error:
             log.warning("metrics: the store cannot be read: %s", error)
+            self._rows.counts = None
+        except Exception as error:
+            log.warning("metrics: the store cannot be read: %r", error, exc_info=True)
             self._rows.counts = None
         else:
             self._rows.counts = counts
@@ -300,7 +305,7 @@ class Metrics:
             self.lost_leases.labels(kind).inc()
             return
         self.runs.labels(kind, outcome).inc()
-        if outcome in ("done", "retrying", "dead", "released") and seconds > 0:
+        if outcome in ("done", "retrying", "dead", "released", "snoozed") and seconds > 0:
             self.run_seconds.labels(kind).observe(seconds)
         if error is not None:
             self.failures.labels(kind, error).inc()

@@ -3,11 +3,13 @@
 A test moves the clock by handing a moment to `drain_at(now_us)`: the claim, the lease, a retry's
 wait and a schedule's next tick all read that one number, so tomorrow, a backoff or a lease is a
 call rather than a sleep. Rows run one at a time, in the caller's task, through the same
-`Runner` that serve uses.
+`Runner` that serve uses. A kind with a concurrency limit keeps it here too: its rows running
+elsewhere under a live lease (serve, another process) leave that much less room.
 
 With `raises=True` a run that raised (or a row that died of `BadPayload` without running)
 stops the drain once its end is written, and its exception is raised to the test, with its own
-traceback and a note naming the kind, the row, the attempt and what became of the row.
+traceback and a note naming the kind, the row, the attempt and what became of the row. A
+`job.Snooze` within the kind's `snoozes` is no failure: the drain goes on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from .._bounds import moment
 from .._kinds import Kind
 from .._process import worker
-from ..store.contract import Died, End, Retrying
+from ..store.contract import Died, End, Retrying, Snoozed
 from .parts import Parts
 from .runner import Ran, Runner
 
@@ -30,6 +32,7 @@ class Drain:
         self.store = parts.store
         self.names = tuple(parts.kinds)
         self.lease_ms = parts.lease_ms  # the lease a claim takes, on the drain's clock
+        self.limits = parts.limits  # the kinds with a concurrency limit
         self.runner = runner
         self.observers = parts.observers
 
@@ -49,15 +52,19 @@ class Drain:
             return False
         while True:
             began = time.monotonic()
-            rows = await self.store.claim(
-                names, now_us, now_us + self.lease_ms * 1_000, 1, worker()
-            )
+            lease_until = now_us + self.lease_ms * 1_000
+            if self.limits:  # a kind's rows running elsewhere under a live lease count too
+                rows = await self.store.claim(
+                    names, now_us, lease_until, 1, worker(), limits=self.limits
+                )
+            else:
+                rows = await self.store.claim(names, now_us, lease_until, 1, worker())
             if self.observers.all:
                 self.observers.claimed(rows, now_us, began)
             if not rows:
                 return False
             ran = await self.runner.execute(rows[0], lambda: now_us)
-            if raises and ran.error is not None:
+            if raises and ran.error is not None and not isinstance(ran.end, Snoozed):
                 raise _noted(ran, self.runner.kinds[rows[0].kind], rows[0].id)
             if ran.called:
                 return True

@@ -1,14 +1,14 @@
 """Ends: the one way the end of a claimed row goes, written to the store and then told.
 
-An end (done, a retry at a time, dead, or given back unrun) is decided in `outcome`, then
-`Ends.end` writes it with `store.finish` and tells the observers, the log, serve's wake-ups (a
-retry's wait, a schedule's next tick) and the status Space how it went. Under serve the ends of
-concurrent runs share one `finish` (a group commit, `Grouped`), written by a task of the group's
-own, so an end whose run has returned is written even when its row's task is cancelled by a stop
-past its grace. An end the store cannot take because it is unreachable is tried again for as
-long as the row's lease lasts: past it another worker may take the row, and this end no longer
-matters (the row runs again: at least once). Rows claimed and never started are given back
-(`give_back`) without being told: they did not run.
+An end (done, a retry at a time, dead, snoozed, or given back unrun) is decided in `outcome`,
+then `Ends.end` writes it with `store.finish` and tells the observers, the log, serve's wake-ups
+(a retry's wait, a snooze's, a schedule's next tick) and the status Space how it went. Under
+serve the ends of concurrent runs share one `finish` (a group commit, `Grouped`), written by a
+task of the group's own, so an end whose run has returned is written even when its row's task is
+cancelled by a stop past its grace. An end the store cannot take because it is unreachable is
+tried again for as long as the row's lease lasts: past it another worker may take the row, and
+this end no longer matters (the row runs again: at least once). Rows claimed and never started
+are given back (`give_back`) without being told: they did not run.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from .._kinds import Kind
 from .._observers import Observers, Outcome
 from .._spaces import Statuses
 from .._text import printable
-from .._types import State
-from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Store
+from .._types import RetryIn, Snooze, State
+from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Snoozed, Store
 from .outcome import in_ascii, user_traceback
 from .wakeups import Wakeups
 
@@ -228,8 +228,8 @@ def tell(
             extra={**fields, "error": LeaseLost.__name__},
         )  # fmt: skip
         return None
-    if isinstance(end, Retrying | Released):
-        wakeups.wake_at(end.run_at)  # a retry's wait, or a row given back
+    if isinstance(end, Retrying | Released | Snoozed):
+        wakeups.wake_at(end.run_at)  # a retry's wait, a row given back, a snooze
     if end.then is not None:
         wakeups.wake_at(end.then.run_at)  # a schedule's next tick
     if isinstance(end, Done):
@@ -240,8 +240,17 @@ def tell(
                 extra={**fields, "ms": round(seconds * 1_000, 3)},
             )  # fmt: skip
         return State.DONE, row.attempts, progress
+    if isinstance(end, Snoozed):
+        snooze_ms = ending.error.ms if isinstance(ending.error, Snooze) else 0
+        log.info(
+            "%s row %d snoozed for %s s (snooze %d of at most %d)",
+            kind.name, row.id, seconds_text(snooze_ms), row.snoozes + 1, kind.snoozes,
+            extra={**fields, "wait_ms": snooze_ms, "snoozes": row.snoozes + 1},
+        )  # fmt: skip
+        return State.QUEUED, row.attempts - 1, None
     if isinstance(end, Retrying):
-        wait_ms = kind.retry.wait_ms(row.attempts)
+        error = ending.error
+        wait_ms = error.ms if isinstance(error, RetryIn) else kind.retry.wait_ms(row.attempts)
         _log_failure(
             logging.WARNING,
             "%s row %d failed with %s on attempt %d: %s; retrying in %.1f s",
@@ -294,11 +303,18 @@ def exc_info(
     return None if error is None else (type(error), error, user_traceback(error))
 
 
+def seconds_text(ms: int) -> str:
+    """`ms` milliseconds as seconds for a log line: "60", "1.5", "0.05", "3,600"."""
+    return f"{ms / 1_000:,.3f}".rstrip("0").rstrip(".")
+
+
 def _outcome(end: End) -> Outcome:
     if isinstance(end, Done):
         return "done"
     if isinstance(end, Retrying):
         return "retrying"
+    if isinstance(end, Snoozed):
+        return "snoozed"
     if isinstance(end, Died):
         return "dead"
     return "released"

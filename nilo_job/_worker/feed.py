@@ -15,7 +15,7 @@ import asyncio
 import collections
 import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ..store.contract import Claimed
 
@@ -52,10 +52,21 @@ class Feed:
     for the next worker that asks, started as it is taken; a worker taking a row costs no
     future while rows wait. `want()` (serve's wake-up) is called when a worker finds nothing, or
     leaves `low` rows or fewer behind it.
+
+    `kinds` is what a push may hand to an idle worker here: the kinds serve claims now (none
+    paused), less the `limited` ones (with a concurrency limit), whose rows only a claim may
+    take, since a claim counts them against their limit.
     """
 
-    def __init__(self, want: Callable[[], None], kinds: Sequence[str], start: Start) -> None:
-        self.kinds: frozenset[str] = frozenset(kinds)  # what serve claims now (none paused)
+    def __init__(
+        self,
+        want: Callable[[], None],
+        kinds: Sequence[str],
+        start: Start,
+        limited: Collection[str] = (),
+    ) -> None:
+        self.limited = frozenset(limited)
+        self.kinds = frozenset(kinds)  # what serve claims now (none paused), less `limited`
         self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
         self.idle: collections.deque[asyncio.Future[Taken | None]] = collections.deque()
         self.start = start
@@ -66,6 +77,16 @@ class Feed:
         self.busy_since: dict[asyncio.Future[None], float] = {}
         self.promised = 0  # idle workers a push in flight is claiming a row for
         self.closed = False
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds a push may hand to an idle worker here (see the class)."""
+        return self._kinds
+
+    @kinds.setter
+    def kinds(self, kinds: frozenset[str]) -> None:
+        """serve claims `kinds` now (none paused): those of them without a limit."""
+        self._kinds = kinds - self.limited
 
     def _taken(self, row: Claimed, claimed_at: int) -> Taken:
         """`row` started for the worker it goes to (see `Taken`): its task is among `tasks`

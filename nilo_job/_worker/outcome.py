@@ -18,7 +18,8 @@ from types import TracebackType
 
 from .._errors import TimedOut
 from .._kinds import Kind
-from ..store.contract import INT64_MAX, Claimed, Died, Done, End, NewRow, Retrying
+from .._types import RetryIn, Snooze
+from ..store.contract import INT64_MAX, Claimed, Died, Done, End, NewRow, Retrying, Snoozed
 
 NAME_CHARS = 200
 MESSAGE_CHARS = 2_000
@@ -107,7 +108,8 @@ def decide(
     started_us: int | None = None,
     result: bytes | None = None,
 ) -> End:
-    """The end of one run of `row`: done, a retry at a time, or dead with the error's name.
+    """The end of one run of `row`: done, a retry at a time, dead with the error's name, or
+    snoozed.
 
     A done row is kept as history when `keep` (the queue's retention is on), finished at
     `now_us`, started at `started_us`, with the JSON bytes of what its run returned (`result`).
@@ -118,18 +120,45 @@ def decide(
     `kind.retry.wait_ms(attempts)` after `now_us`, the moment the attempt failed on the tick's
     clock. `then` is a schedule's next tick, handed on
     with this end: a retried tick then gives up its key and is retried as a row of its own.
+
+    A `Snooze` is no failure: the row is queued again `ms` after `now_us`, its attempt
+    uncounted (`Snoozed`), unless it has snoozed `kind.snoozes` times already; that snooze is a
+    failed attempt named `Snooze` (`over_snoozes`). A `RetryIn` is a failure whose next attempt
+    is due `ms` after `now_us` instead of after the backoff; raised `from` an error, that error
+    is the failure recorded (its name, message and traceback), and the one `final` is asked
+    about.
     """
     if error is None:
         if keep:
             return Done(row.id, row.attempts, then, now_us, started_us, result)
         return Done(row.id, row.attempts, then)
+    if isinstance(error, Snooze) and row.snoozes < kind.snoozes:
+        run_at = min(now_us + error.ms * 1_000, INT64_MAX)
+        return Snoozed(row.id, row.attempts, run_at, then is not None, then)
     failure = describe(error)
     name, message, trace = failure.name, failure.message, failure.traceback
-    if is_last(kind, row.attempts) or (kind.is_final(error) and not isinstance(error, TimedOut)):
+    cause = error
+    if isinstance(error, Snooze):
+        message = over_snoozes(row.snoozes, kind.snoozes)
+    elif isinstance(error, RetryIn) and error.__cause__ is not None:
+        cause = error.__cause__
+        told = describe(cause)
+        name, message, trace = told.name, told.message, told.traceback
+    if is_last(kind, row.attempts) or (kind.is_final(cause) and not isinstance(cause, TimedOut)):
         return Died(row.id, row.attempts, now_us, name, message, then, trace)
-    wait_ms = kind.retry.wait_ms(row.attempts)
+    wait_ms = error.ms if isinstance(error, RetryIn) else kind.retry.wait_ms(row.attempts)
     run_at = min(now_us + wait_ms * 1_000, INT64_MAX)  # a time every store can keep
     return Retrying(row.id, row.attempts, run_at, name, message, then is not None, then, trace)
+
+
+def over_snoozes(snoozes: int, most: int) -> str:
+    """The message a snooze past the kind's most records, as a failed attempt named `Snooze`:
+    "snoozed 100 times, the kind's most (snoozes = 100): counted as a failed attempt"."""
+    times = "time" if snoozes == 1 else "times"
+    return (
+        f"snoozed {snoozes:,} {times}, the kind's most (snoozes = {most:,}): counted as a "
+        "failed attempt"
+    )
 
 
 def tick_is_missed(kind: Kind, due_us: int, now_us: int) -> bool:

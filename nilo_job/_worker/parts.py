@@ -40,6 +40,8 @@ class Parts:
         timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
         lease_ms: the lease a claim takes, in milliseconds: the longest timeout of the kinds
             and the queue, plus a second.
+        limits: the kinds with a concurrency limit, each with its limit: what every claim of
+            serve and of the test helpers hands the store (empty: no kind has one).
     """
 
     store: Store
@@ -52,6 +54,7 @@ class Parts:
     ticks: Ticks
     timeout_ms: int
     lease_ms: int
+    limits: dict[str, int]
 
     @classmethod
     def build(
@@ -79,4 +82,5 @@ class Parts:
             ticks=Ticks(kinds, store, observers, wakeups),
             timeout_ms=timeout_ms,
             lease_ms=lease_ms,
+            limits={kind.name: kind.concurrency for kind in kinds if kind.concurrency is not None},
         )

@@ -5,9 +5,11 @@ One claim loop per process, in a task of its own, claims due rows for the worker
 long-lived worker tasks each take a row from the feed, which starts it in a task of its own
 (`Runner.execute`), and wait until its run frees them. With nothing due the loop sleeps
 `poll_ms`, or until a wake-up (`Wakeups`): a push, a row falling due, another process's NOTIFY.
-It follows the store's clock where the store has one. A stop gives back the rows claimed and not
-started (a claim being answered as the stop comes included), lets running rows finish for a
-grace period, then cancels them and gives their rows back unrun.
+It follows the store's clock where the store has one. A kind with a concurrency limit is claimed
+within it (the store counts its live leases); its rows the limit leaves queued are looked at
+again when one of its runs ends in this process, or at the poll. A stop gives back the rows
+claimed and not started (a claim being answered as the stop comes included), lets running rows
+finish for a grace period, then cancels them and gives their rows back unrun.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Server:
         self.workers = workers
         self.poll_ms = poll_ms
         self.lease_ms = parts.lease_ms
+        self.limits = parts.limits  # the kinds with a concurrency limit
         self.timeout_ms = parts.timeout_ms
         self.runner = runner
         self.ends = parts.ends
@@ -109,7 +112,7 @@ class Server:
         self.task = asyncio.current_task()
         self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
         self.stop_began = None
-        feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start)
+        feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start, self.limits)
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
@@ -256,9 +259,15 @@ class Server:
     async def _claim(self, now: int, limit: int) -> list[Claimed]:
         """Up to `limit` rows due at `now` (µs), claimed for this process's workers."""
         began = time.monotonic()
-        rows = await self.store.claim(
-            self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
-        )
+        if self.limits:
+            rows = await self.store.claim(
+                self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker(),
+                limits=self.limits,
+            )  # fmt: skip
+        else:
+            rows = await self.store.claim(
+                self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
+            )
         if self.observers.all:
             self.observers.claimed(rows, now, began)
         return rows
@@ -296,6 +305,10 @@ class Server:
     async def _execute(self, row: Claimed, free: Callable[[], None]) -> None:
         try:
             await self.runner.execute(row, self.clock.now, free)
+            if row.kind in self.limits:
+                # Its end is written: a row of its kind that the limit kept queued may be
+                # claimed now, rather than at the next poll.
+                self.wakeups.wake_at(None)
         except Exception:
             # A status space or store failing beyond the runner: the row runs after its lease.
             log.exception(

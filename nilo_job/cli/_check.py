@@ -21,8 +21,9 @@ import click
 from .._errors import Refusal
 from .._jobs import Jobs
 from .._kinds import Kind, check_unique_names, read_deps, read_kind
+from .._text import count_of
 from ._load import Refused, load
-from ._text import JSON_OPTION, count_of, print_json
+from ._text import JSON_OPTION, print_json
 
 
 def every_refusal(refusal: Refusal) -> list[str]:

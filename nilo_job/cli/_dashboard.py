@@ -2,7 +2,9 @@
 
 The secret is read from an environment variable (`--secret-env`), never from the command line,
 where `ps` would show it. The socket is bound before uvicorn starts, so the address printed is
-the one listening, even for `--port 0`.
+the one listening, even for `--port 0`; the line also says who may read. Every request's `Host`
+must be the address listened on, `localhost`, `127.0.0.1`, `::1` or a name given with
+`--allow-host`: a page whose DNS name was rebound to this address is refused (400).
 """
 
 from __future__ import annotations
@@ -14,6 +16,26 @@ import socket
 from collections.abc import AsyncIterator
 
 import click
+
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+"""The host names every dashboard the command serves answers to, beside its own address."""
+
+
+def _host(_ctx: click.Context, _param: click.Parameter, names: tuple[str, ...]) -> list[str]:
+    """The names of `--allow-host`, as the Host check compares them."""
+    from ..dashboard._guard import host_name
+
+    checked = []
+    for name in names:
+        bare = f"[{name}]" if name.count(":") > 1 and not name.startswith("[") else name
+        found = host_name(bare)
+        if found is None or found != bare.strip("[]").lower():
+            raise click.BadParameter(
+                f"{name!r} is not a host name; give one name or address, without a port "
+                "(ops.example.com, 10.0.0.5, ::1)"
+            )
+        checked.append(found)
+    return checked
 
 
 @click.command("dashboard")
@@ -30,15 +52,48 @@ import click
     "--secret-env",
     default="NILO_DASHBOARD_SECRET",
     show_default=True,
-    help="The environment variable holding the secret (16+ characters) that lets an operator "
-    "retry, cancel, delete and pause. Unset or empty: the dashboard is read-only.",
+    help="The environment variable holding the secret (16+ characters). Set: every page needs "
+    "a login with it, which also lets the operator retry, cancel, delete and pause. Unset or "
+    "empty: read-only, and only for clients on this machine (loopback).",
+)
+@click.option(
+    "--public-reads",
+    is_flag=True,
+    help="Let anyone who can reach the dashboard read every page without logging in "
+    "(actions still need the secret).",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    callback=_host,
+    metavar="NAME",
+    help="A further host name the Host header may name (repeatable); beside the address "
+    "listened on, localhost, 127.0.0.1 and ::1. Any other Host is refused with 400.",
 )
 @click.option("--title", default="nilo-job", show_default=True, help="The page's heading.")
-@click.option("--payloads", is_flag=True, help="Show each row's payload (may be personal data).")
+@click.option(
+    "--payloads",
+    is_flag=True,
+    help="Show what rows carry of users' data: payloads, results, failure messages and "
+    "tracebacks, unique keys and workers (may be personal data).",
+)
 def dashboard_command(
-    target: str, host: str, port: int, secret_env: str, title: str, payloads: bool
+    target: str,
+    host: str,
+    port: int,
+    secret_env: str,
+    public_reads: bool,
+    allow_hosts: list[str],
+    title: str,
+    payloads: bool,
 ) -> None:
-    """Serve the dashboard of the queue TARGET (module:attr) until SIGINT or SIGTERM."""
+    """Serve the dashboard of the queue TARGET (module:attr) until SIGINT or SIGTERM.
+
+    Who may read: with the secret set, those who log in with it; with --public-reads, anyone
+    who can reach it; with neither, clients on this machine only. The line printed at the
+    start says which.
+    """
     try:
         import uvicorn
         from starlette.applications import Starlette
@@ -55,8 +110,17 @@ def dashboard_command(
 
     jobs = load(target, command="dashboard")
     secret = os.environ.get(secret_env) or None
+    bound = host.strip("[]").lower()
+    hosts = sorted({bound, *LOCAL_NAMES, *allow_hosts})
     try:
-        board = dashboard_app(jobs, secret=secret, title=title, payloads=payloads)
+        board = dashboard_app(
+            jobs,
+            secret=secret,
+            title=title,
+            payloads=payloads,
+            public_reads=public_reads,
+            hosts=hosts,
+        )
     except Refusal as refusal:
         raise click.ClickException(f"${secret_env}: {refusal}") from None
 
@@ -73,14 +137,18 @@ def dashboard_command(
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2_048)  # listening now: a request sent once the line is printed waits
     except OSError as error:
         sock.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {error}") from None
     with sock:
-        bound = sock.getsockname()[1]
+        port_bound = sock.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
-        mode = f"log in with ${secret_env} to act on rows" if secret else "read-only"
-        click.echo(f"nilo-job dashboard on http://{shown}:{bound}/ ({mode})", err=True)
+        click.echo(
+            f"nilo-job dashboard on http://{shown}:{port_bound}/ "
+            f"({_readers(secret is not None, public_reads, secret_env)})",
+            err=True,
+        )
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         # uvicorn stops on SIGINT/SIGTERM, then raises the signal again for the handler that was
         # there before it: this one, so that a stop asked for is a clean exit (status 0).
@@ -90,6 +158,17 @@ def dashboard_command(
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+def _readers(secret: bool, public_reads: bool, secret_env: str) -> str:
+    """Who may read and who may act, in the words of the line printed at the start."""
+    if secret and public_reads:
+        return f"anyone who can reach it reads; actions need a login with ${secret_env}"
+    if secret:
+        return f"pages and actions need a login with ${secret_env}"
+    if public_reads:
+        return "read-only, for anyone who can reach it"
+    return f"read-only, for clients on this machine only; set ${secret_env} to let others log in"
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -19,6 +19,7 @@ import click
 
 from .._errors import Refusal
 from .._jobs import Jobs
+from ..store._target import shown
 from ._log import print_once
 
 
@@ -45,15 +46,22 @@ def load(target: str, *, command: str | None = None) -> Jobs:
             is not a queue; a `Refusal` raised while the module builds its queue is a
             `Refused`, shown as its sentence.
     """
+    said = shown(target)  # a target is named without its password, whatever it is
     if "://" in target:
         who = f"`nilo-job {command}`" if command else "this command"
         raise click.ClickException(
-            f"{target} is a database URL, but {who} needs the queue's kinds: pass module:attr "
+            f"{said} is a database URL, but {who} needs the queue's kinds: pass module:attr "
             "naming your job.Jobs (or a function returning one), like myapp.jobs:jobs"
+        )
+    if "=" in target:
+        url = "" if command else "the database's URL, like postgresql://user@host/db, or "
+        raise click.ClickException(
+            f"{said!r} is a libpq keyword string, which nilo-job does not take: pass "
+            f"{url}module:attr naming your job.Jobs, like myapp.jobs:jobs"
         )
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise click.ClickException(f"{target!r}: write module:attr, like myapp.jobs:jobs")
+        raise click.ClickException(f"{said!r}: write module:attr, like myapp.jobs:jobs")
     if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
         dotted = module_name.removesuffix(".py").replace("\\", "/").strip("/").replace("/", ".")
         raise click.ClickException(
@@ -79,31 +87,31 @@ def load(target: str, *, command: str | None = None) -> Jobs:
             raise click.ClickException(f"{module_name} has no attribute {attr}")
         value = getattr(value, part)
     if inspect.isclass(value):
-        raise click.ClickException(f"{target} is a class, not a job.Jobs{_queues_in(module)}")
+        raise click.ClickException(f"{said} is a class, not a job.Jobs{_queues_in(module)}")
     called = callable(value) and not isinstance(value, Jobs)
     if called:
         needs = _required_parameters(value)
         if needs:
             raise click.ClickException(
-                f"{target} takes {', '.join(needs)}; nilo-job calls a factory with no "
+                f"{said} takes {', '.join(needs)}; nilo-job calls a factory with no "
                 "arguments: name the job.Jobs itself, or a function of none that returns it"
             )
         try:
             value = value()
         except Refusal as refusal:
-            raise Refused(f"{target} builds a queue that cannot work", refusal) from None
+            raise Refused(f"{said} builds a queue that cannot work", refusal) from None
         except Exception:
             raise click.ClickException(
-                f"calling {target} raised:\n{traceback.format_exc(limit=-3)}"
+                f"calling {said} raised:\n{traceback.format_exc(limit=-3)}"
             ) from None
     if inspect.iscoroutine(value):
         value.close()
         raise click.ClickException(
-            f"{target} is an async function; nilo-job calls a factory without awaiting it: "
+            f"{said} is an async function; nilo-job calls a factory without awaiting it: "
             "make it a plain function that returns the job.Jobs"
         )
     if not isinstance(value, Jobs):
-        what = f"calling {target} returned" if called else f"{target} is"
+        what = f"calling {said} returned" if called else f"{said} is"
         raise click.ClickException(
             f"{what} {_a(type(value).__name__)}, not a job.Jobs{_queues_in(module)}"
         )

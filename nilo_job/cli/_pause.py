@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import click
 
+from ..store._target import shown
 from ._target import Target, open_target, run_on
 from ._text import JSON_OPTION, TARGET_HELP, print_json
 
@@ -19,7 +20,7 @@ def _known(opened: Target, target: str, kind: str) -> None:
     names = opened.kind_names
     if names is not None and kind not in names:
         raise click.ClickException(
-            f"{target} has no kind {kind!r}: its kinds are {', '.join(names)}"
+            f"{shown(target)} has no kind {kind!r}: its kinds are {', '.join(names)}"
         )
 
 

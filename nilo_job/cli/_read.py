@@ -13,13 +13,12 @@ import click
 from .._errors import Refusal
 from .._operator import read_cursor
 from .._text import printable
-from .._types import Found, Row, Stats, Where
+from .._types import Dead, Found, Row, Stats, Where
 from ._target import Target, open_target, run_on
 from ._text import (
     JSON_OPTION,
     ROW_ID,
     TARGET_HELP,
-    compact,
     cut,
     one_line,
     print_json,
@@ -76,8 +75,9 @@ def dead(target: str, limit: int, as_json: bool) -> None:
     """List the dead rows, newest first: the error's name and message, the attempts, when, the
     payload.
 
-    --json prints a list of objects with the whole payload, message and traceback, and
-    `died_at` in microseconds since the epoch.
+    --json prints a list of objects with the payload, message and traceback, and `died_at` in
+    microseconds since the epoch. A payload longer than 4,096 characters of JSON is its start,
+    as a string, with "payload_cut": true; `show ID` prints it whole.
     """
     rows = run_on(open_target(target), lambda found: found.dead_ones(limit))
     if as_json:
@@ -90,6 +90,7 @@ def dead(target: str, limit: int, as_json: bool) -> None:
                     "attempts": row.attempts,
                     "died_at": row.died_at,
                     "payload": row.payload,
+                    "payload_cut": row.payload_cut,
                     "message": row.message,
                     "traceback": row.traceback,
                 }
@@ -110,7 +111,7 @@ def dead(target: str, limit: int, as_json: bool) -> None:
                     cut(row.message, 40),
                     str(row.attempts),
                     utc(row.died_at),
-                    compact(row.payload),
+                    cut(payload_text(row), 60),
                 )
                 for row in rows
             ],
@@ -163,10 +164,13 @@ def when(row: Row) -> int | None:
     }.get(row.state)
 
 
-def payload_text(row: Row) -> str:
-    """A row's payload on one line, or why it cannot be read."""
-    if row.unreadable is not None:
+def payload_text(row: Row | Dead) -> str:
+    """A row's payload on one line, or why it cannot be read. A payload a list read only the
+    start of (`payload_cut`) is that start of its JSON, ending in "…"."""
+    if isinstance(row, Row) and row.unreadable is not None:
         return f"unreadable: {row.unreadable}"
+    if row.payload_cut and isinstance(row.payload, str):
+        return row.payload + "…"
     return one_line(row.payload)
 
 
@@ -253,8 +257,8 @@ def row_json(row: Row) -> dict[str, Any]:
 @JSON_OPTION
 def show(target: str, row_id: int, as_json: bool) -> None:
     """Print the row ID's whole story: kind, state, payload, unique key, when it was pushed, due,
-    started, finished or died (UTC), attempts, lease, worker, the last error's name, message and
-    traceback, and a done row's result. Exits 1 when there is no such row.
+    started, finished or died (UTC), attempts, snoozes, lease, worker, the last error's name,
+    message and traceback, and a done row's result. Exits 1 when there is no such row.
 
     --json prints every field of job.Row, times in microseconds since the epoch.
     """
@@ -274,6 +278,7 @@ def show(target: str, row_id: int, as_json: bool) -> None:
         ("payload", payload_text(row)),
         ("key", row.unique_key if row.unique_key is not None else "-"),
         ("attempts", str(row.attempts)),
+        ("snoozes", "-" if row.snoozes is None else str(row.snoozes)),
         ("pushed", utc_exact(row.pushed_at)),
         ("due", utc_exact(row.run_at)),
         ("started", utc_exact(row.started_at)),

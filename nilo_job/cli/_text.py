@@ -38,16 +38,24 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) ->
 
 
 def utc(us: int) -> str:
-    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC."""
-    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS` in UTC; a moment no date holds
+    (before the year 1 or after 9999: a row another program wrote) as `N µs`."""
+    try:
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    except OverflowError:
+        return f"{us} µs"
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def utc_exact(us: int | None) -> str:
-    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff UTC`, or "-" for None."""
+    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff UTC`, "-" for None, and a
+    moment no date holds as `N µs`."""
     if us is None:
         return "-"
-    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    try:
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    except OverflowError:
+        return f"{us} µs"
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
@@ -70,8 +78,3 @@ def cut(text: str, width: int) -> str:
 def print_json(value: Any) -> None:
     """`value` as one line of JSON on stdout."""
     click.echo(json.dumps(value, ensure_ascii=False))
-
-
-def count_of(n: int, one: str, many: str | None = None) -> str:
-    """`n` and the noun: "1 job", "3 jobs"."""
-    return f"{n} {one if n == 1 else (many or one + 's')}"

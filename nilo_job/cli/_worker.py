@@ -16,6 +16,7 @@ import click
 
 from .._errors import JobError, Refusal
 from .._jobs import Jobs
+from ..store._target import shown
 from ._load import load
 from ._text import MS, WORKERS
 
@@ -165,7 +166,7 @@ def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
     unknown = [name for name in names or () if name not in known]
     if unknown:
         raise click.ClickException(
-            f"{target} has no kind {', '.join(unknown)}: its kinds are {', '.join(known)}"
+            f"{shown(target)} has no kind {', '.join(unknown)}: its kinds are {', '.join(known)}"
         )
 
 

@@ -2,6 +2,7 @@
 
     from nilo_job.dashboard import dashboard_app
     app.mount("/jobs", dashboard_app(jobs, secret=os.environ["NILO_DASHBOARD_SECRET"]))
+    app.mount("/jobs", dashboard_app(jobs, access=staff))   # behind your own login
 
     nilo-job dashboard myapp.jobs:jobs --port 8900 --secret-env NILO_DASHBOARD_SECRET
 
@@ -11,7 +12,9 @@ row's whole story, and each schedule's next tick; with a secret configured, an o
 in can retry, cancel and delete rows (those ticked, or every row matching a filter, after a
 confirmation that says how many) and pause or resume a kind. Starlette is needed for the page
 (`nilo-job[web]`) and uvicorn for the command; they are imported when first used, so importing
-this package (the command line does) costs neither. See docs/dashboard.md.
+this package (the command line does) costs neither. It is closed by default: with a secret,
+every page needs a login; with no secret, no `access` and not `public_reads`, it serves this
+machine's clients only. See docs/dashboard.md.
 """
 
 from __future__ import annotations

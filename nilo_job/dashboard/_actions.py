@@ -22,8 +22,8 @@ class Actions(Base):
     """The POST handlers that act on the queue."""
 
     async def retry(self, request: Request) -> Response:
-        if isinstance(form := await self.authorize(request), Response):
-            return form
+        if isinstance(allowed := await self.authorize(request), Response):
+            return allowed
         row_id: int = request.path_params["row_id"]
         again = 0 < row_id <= INT64_MAX and await self.jobs.retry_dead(row_id)
         log.info(
@@ -34,8 +34,8 @@ class Actions(Base):
         return self.to(request, f"/rows/{row_id}", {"did": did, "row": row_id})
 
     async def cancel(self, request: Request) -> Response:
-        if isinstance(form := await self.authorize(request), Response):
-            return form
+        if isinstance(allowed := await self.authorize(request), Response):
+            return allowed
         row_id: int = request.path_params["row_id"]
         gone = 0 < row_id <= INT64_MAX and await self.jobs.cancel(row_id)
         log.info(
@@ -47,22 +47,23 @@ class Actions(Base):
         return self.to(request, f"/rows/{row_id}", {"did": "not_cancelled", "row": row_id})
 
     async def bulk(self, request: Request) -> Response:
-        if isinstance(form := await self.authorize(request), Response):
-            return form
+        if isinstance(allowed := await self.authorize(request), Response):
+            return allowed
+        visitor, form = allowed
         plan = read_plan(form)
         if isinstance(plan, str):
-            chrome = self.chrome(request, flash=f"Nothing was done: {plan}.", refused=True)
+            chrome = self.chrome(request, visitor, flash=f"Nothing was done: {plan}.", refused=True)
             back = href(chrome.base, "/rows")
             return self.page(
                 chrome, self.title, f'<p><a href="{back}">Back to the rows</a></p>', 400
             )
         if first(form, "confirm") != "yes":
             count = await count_plan(self.jobs, plan)
-            chrome = self.chrome(request)
+            chrome = self.chrome(request, visitor)
             heading = f"{self.title}: {plan.label.lower()} rows"
             return self.page(chrome, heading, render_confirm(chrome, plan, count), 200)
         at_most = first(form, "at_most")
-        if not at_most.isdigit() or int(at_most) > INT64_MAX:
+        if not (at_most.isascii() and at_most.isdigit()) or int(at_most) > INT64_MAX:
             return PlainTextResponse("refused: the form does not say how many rows", 400)
         done = await carry_out(self.jobs, plan, int(at_most))
         log.info(
@@ -79,8 +80,9 @@ class Actions(Base):
         return await self._pausing(request, pause=False)
 
     async def _pausing(self, request: Request, *, pause: bool) -> Response:
-        if isinstance(form := await self.authorize(request), Response):
-            return form
+        if isinstance(allowed := await self.authorize(request), Response):
+            return allowed
+        _visitor, form = allowed
         kind = first(form, "kind")
         if kind not in self.names:
             return PlainTextResponse(

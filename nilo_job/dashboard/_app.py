@@ -15,11 +15,14 @@
                                 confirm=yes) `jobs.retry_many` / `cancel_many` / `delete_many`
     POST /pause, /resume        `jobs.pause(kind)` / `jobs.resume(kind)`, then to the overview
 
-Every POST must come from a page of this dashboard: its `Origin` (or, without one, its `Referer`)
-must be this server's own origin or one of `origins`. Every action also needs a live session
-cookie (HttpOnly, SameSite=Strict, Secure over https) and the CSRF token bound to that session,
-both compared with `hmac.compare_digest`. Without a secret every POST is 403 and the pages show
-no buttons. Mounted under a prefix (`app.mount("/jobs", ...)`), every link and cookie path
+Who may read is `Access`'s decision (`_access.py`): a page refused is a 401 with the login form
+or a 403 with a sentence, and reads no row. Every POST must come from a page of this dashboard:
+its `Origin` (or, without one, its `Referer`) must be this server's own origin or one of
+`origins`. Every action also needs full access: a live session cookie (HttpOnly,
+SameSite=Strict, Secure over https) and the CSRF token bound to that session, or the `access`
+function's "full" and the form token its cookie holds; each compared with
+`hmac.compare_digest`. Without a secret and without `access`, every POST is 403 and the pages
+show no buttons. Mounted under a prefix (`app.mount("/jobs", ...)`), every link and cookie path
 follows the prefix.
 """
 
@@ -40,9 +43,10 @@ from .._errors import is_int
 from .._types import Row, Where
 from .._worker.ticks import SCHEDULE_KEY
 from ..store.contract import INT64_MAX
+from ._access import Access, AccessHook
 from ._actions import Actions
 from ._base import COOKIE, first
-from ._guard import SecurityHeaders, read_form, same_origin
+from ._guard import HostCheck, SecurityHeaders, host_name, read_form, same_origin
 from ._index import LISTED, Overview, ScheduleView, render_index
 from ._render import href
 from ._row import render_row
@@ -65,18 +69,20 @@ class _Dashboard(Actions):
     """The dashboard's handlers: the pages and the session here, the actions in `Actions`."""
 
     async def index(self, request: Request) -> Response:
+        if isinstance(visitor := await self.visit(request), Response):
+            return visitor
         refresh = None
         refused = None
         raw = request.query_params.get("refresh")
         if raw:
-            if raw.isdigit() and len(raw) < 6 and 5 <= int(raw) <= 3_600:
+            if raw.isascii() and raw.isdigit() and len(raw) < 6 and 5 <= int(raw) <= 3_600:
                 refresh = int(raw)
             else:
                 refused = (
                     f"That address cannot be read: refresh={raw[:40]!r}: auto-refresh is every 5 "
                     "to 3,600 seconds (a whole number); it is off"
                 )
-        chrome = self.chrome(request, refresh=refresh)
+        chrome = self.chrome(request, visitor, refresh=refresh)
         now = chrome.now_us
         jobs, store = self.jobs, self.jobs.store
         counts: dict[tuple[str, str], int] = {}
@@ -92,8 +98,7 @@ class _Dashboard(Actions):
             try:
                 flows = await jobs.flow()
             except Exception as error:  # a row it cannot read: the rest of the page stands
-                flow_problem = f"The flow cannot be read: {type(error).__name__}: {error}"
-                log.warning("dashboard: the flow cannot be read: %s", error, exc_info=True)
+                flow_problem = self.unreadable(visitor, error, "flow")
             for state in LISTED:
                 rows[state] = (await jobs.find(Where(state=state), limit=shown)).rows
             held = await store.holding(SCHEDULE_KEY, [kind.name for kind in scheduled])
@@ -102,8 +107,7 @@ class _Dashboard(Actions):
                 if (last := await _last_run(jobs, kind.name)) is not None:
                     lasts[kind.name] = last
         except Exception as error:  # the page says so; it never answers 500
-            problem = f"The store cannot be read: {error}"
-            log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
+            problem = self.unreadable(visitor, error)
         schedules = []
         for kind in scheduled:
             tick = None if ticks is None else ticks.get(kind.name)
@@ -130,6 +134,8 @@ class _Dashboard(Actions):
         return self.page(chrome, self.title, render_index(chrome, view), status, "index")
 
     async def rows(self, request: Request) -> Response:
+        if isinstance(visitor := await self.visit(request), Response):
+            return visitor
         params = request.query_params
         q = params.get("q", "").strip()
         errors: list[str] = []
@@ -139,7 +145,8 @@ class _Dashboard(Actions):
             errors = await errors_seen(self.jobs)
             where, page, offset = await self._filter(params)
             if q:
-                if q.isdigit() and 0 < int(q) <= INT64_MAX and await self.jobs.row(int(q)):
+                number = q.isascii() and q.isdigit() and 0 < int(q) <= INT64_MAX
+                if number and await self.jobs.row(int(q)):
                     return self.to(request, f"/rows/{int(q)}", {})
                 where = Where(key=q)
             found = await self.jobs.find(where, after=params.get("after") or None, limit=self.limit)
@@ -151,12 +158,11 @@ class _Dashboard(Actions):
             problem, status = f"That filter cannot be read: {refusal}", 400
             why = "the filter above was refused"
         except Exception as error:
-            problem, status = f"The store cannot be read: {error}", 503
+            problem, status = self.unreadable(visitor, error), 503
             why = "the store cannot be read"
-            log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
         if listing is None:
             listing = Listing(Where(), [], None, 0, 1, 0, self.names, q, errors, unlisted=why)
-        chrome = self.chrome(request, problem=problem)
+        chrome = self.chrome(request, visitor, problem=problem)
         heading = f"{self.title}: rows"
         return self.page(chrome, heading, render_rows(chrome, listing), status, "rows")
 
@@ -191,15 +197,16 @@ class _Dashboard(Actions):
         return where, page, offset
 
     async def row(self, request: Request) -> Response:
+        if isinstance(visitor := await self.visit(request), Response):
+            return visitor
         row_id: int = request.path_params["row_id"]
         try:
             # An id no store can hold names no row (the queue would refuse to look it up).
             row = await self.jobs.row(row_id) if 0 < row_id <= INT64_MAX else None
         except Exception as error:
-            log.warning("dashboard: the store cannot be read: %s", error, exc_info=True)
-            chrome = self.chrome(request, problem=f"The store cannot be read: {error}")
+            chrome = self.chrome(request, visitor, problem=self.unreadable(visitor, error))
             return self.page(chrome, f"Row {row_id}", "", 503)
-        chrome = self.chrome(request)
+        chrome = self.chrome(request, visitor)
         if row is None:
             rows = href(chrome.base, "/rows")
             text = (
@@ -213,7 +220,9 @@ class _Dashboard(Actions):
 
     async def not_found(self, request: Request, _error: Exception) -> Response:
         """Any address the dashboard has no page at (`/rows/abc`, say): a page that says so."""
-        chrome = self.chrome(request)
+        if isinstance(visitor := await self.visit(request), Response):
+            return visitor
+        chrome = self.chrome(request, visitor)
         rows = href(chrome.base, "/rows")
         text = (
             '<p class="problem" id="missing">There is no page at this address. '
@@ -231,6 +240,9 @@ class _Dashboard(Actions):
     # ----------------------------------------------------------------------------- session
 
     async def login(self, request: Request) -> Response:
+        visitor = await self.visitor(request)
+        if (refusal := self.closed(visitor)) is not None:
+            return refusal
         if self.sessions is None:
             return PlainTextResponse("this dashboard is read-only: no secret is configured", 403)
         if not same_origin(request, self.origins):
@@ -243,7 +255,7 @@ class _Dashboard(Actions):
                 "dashboard: a login with the wrong secret from %s",
                 request.client.host if request.client else "?",
             )
-            chrome = self.chrome(request, flash="That is not the secret.", refused=True)
+            chrome = self.chrome(request, visitor, flash="That is not the secret.", refused=True)
             return self.page(chrome, self.title, "", 403)
         response = self.to(request, "/", {"did": "logged_in"})
         response.set_cookie(
@@ -258,6 +270,8 @@ class _Dashboard(Actions):
         return response
 
     async def logout(self, request: Request) -> Response:
+        if (refusal := self.closed(await self.visitor(request))) is not None:
+            return refusal
         if self.sessions is None:
             return PlainTextResponse("this dashboard is read-only: no secret is configured", 403)
         if not same_origin(request, self.origins):
@@ -284,7 +298,7 @@ def _whole(params: Mapping[str, str], name: str, least: int) -> int:
     text = params.get(name, "")
     if not text:
         return least
-    if not text.isdigit() or len(text) > 12 or int(text) < least:
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or int(text) < least:
         raise Refusal(f"{name}={text[:40]!r}: a whole number from {least}")
     return int(text)
 
@@ -327,6 +341,28 @@ def _describe(schedule: object) -> str:
     return repr(schedule)
 
 
+def _host_names(hosts: Sequence[str]) -> frozenset[str]:
+    """The names of `hosts=`, as `HostCheck` compares them.
+
+    Raises:
+        Refusal: `hosts` is one str, or holds what is not a host name.
+    """
+    if isinstance(hosts, str):
+        raise Refusal("dashboard_app(hosts=...) takes a list of host names, not one str")
+    names = set()
+    for host in hosts:
+        if isinstance(host, str) and host.count(":") > 1 and not host.startswith("["):
+            host = f"[{host}]"  # an IPv6 address, written without its brackets
+        name = host_name(host) if isinstance(host, str) else None
+        if name is None:
+            raise Refusal(
+                f"dashboard_app(hosts=[..., {host!r}, ...]): a host name or address is "
+                "'ops.example.com', 'localhost', '127.0.0.1' or '::1'"
+            )
+        names.add(name)
+    return frozenset(names)
+
+
 def dashboard_app(
     jobs: Jobs,
     *,
@@ -336,33 +372,55 @@ def dashboard_app(
     payloads: bool = False,
     session_s: int = 8 * 3_600,
     origins: Sequence[str] = (),
+    public_reads: bool = False,
+    access: AccessHook | None = None,
+    hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard of `jobs`, as an ASGI application to mount or serve.
 
-        app.mount("/jobs", dashboard_app(jobs, secret=os.environ["NILO_DASHBOARD_SECRET"]))
+        app.mount("/jobs", dashboard_app(jobs, access=staff_only))
+
+    Closed by default: with a secret, every page needs a login with it (401 before); with no
+    secret, no `access` and not `public_reads`, it answers clients on this machine (loopback)
+    only, and anyone else 403 with a sentence saying how to open it.
 
     Args:
         jobs: the queue to show; its store is read on every page view.
-        secret: the operator's secret (at least 16 characters). None: read-only, no buttons,
-            every POST is 403. It is never put in a cookie: logging in exchanges it for a
-            signed session.
+        secret: the operator's secret (at least 16 characters). Logging in with it lets the
+            visitor read and act; it is never put in a cookie, but exchanged for a signed
+            session. None: nobody logs in, and every POST is 403 unless `access` answers
+            "full".
         title: the page's heading.
         limit: the rows per page of the rows page, 1 to 1,000 (the overview lists at most 10
             per state; the counts are always complete).
-        payloads: show each row's payload (the first 160 characters of its JSON in the lists,
-            all of it on the row's page) and a done row's result. Off by default: payloads
-            often hold personal data, and the pages are readable by anyone who can reach them.
+        payloads: show what a row carries of its users' data: its payload (the first 160
+            characters of its JSON in the lists, all of it on the row's page), a done row's
+            result, its last failure's message and traceback, its unique key and the worker
+            (`host:pid`) that ran it. Off by default: each may hold personal data, addresses
+            or tokens, and only the failure's name, the kind, the state and the times are
+            shown.
         session_s: how long a login lasts, in seconds.
         origins: further origins (``"https://ops.example.com"``) a POST may come from, for a
             dashboard behind a proxy that changes the scheme or host; the server's own origin
             is always allowed.
+        public_reads: let anyone who can reach the dashboard read every page without logging
+            in; acting still needs the secret.
+        access: a function of the Starlette `Request`, sync (run in a thread) or async, that
+            answers for each request: "full" (read and act), "read", or None (403). It is
+            how the dashboard sits behind your application's own login: read your session or
+            user from the request. A visitor it answers "read" may still log in with the
+            secret to act. Not with `public_reads`.
+        hosts: the host names the `Host` header may name (any port); any other is a 400 with
+            a sentence, against DNS rebinding. None (the default): no check, as the server of
+            the application it is mounted in decides.
 
     Returns:
         A Starlette application. Mounted, it does not run a lifespan of its own and closes
         nothing; the queue and its store stay the application's.
 
     Raises:
-        Refusal: the secret is too short, or a setting is out of range.
+        Refusal: the secret is too short, a setting is out of range, `access` is not
+            callable or comes with `public_reads`, or `hosts` holds what is not a host name.
     """
     sessions = None
     if (checked := check_secret(secret)) is not None:
@@ -373,7 +431,13 @@ def dashboard_app(
         raise Refusal(f"dashboard_app(limit={limit!r}) takes a positive int, at most 1,000")
     if isinstance(origins, str):
         raise Refusal("dashboard_app(origins=...) takes a list of origins, not one str")
-    board = _Dashboard(jobs, sessions, title=title, limit=limit, payloads=payloads, origins=origins)
+    gate = Access(access, public_reads=public_reads, secret=sessions is not None)
+    middleware = [Middleware(SecurityHeaders)]
+    if hosts is not None:
+        middleware.append(Middleware(HostCheck, hosts=_host_names(hosts)))
+    board = _Dashboard(
+        jobs, sessions, title=title, limit=limit, payloads=payloads, origins=origins, access=gate
+    )
     return Starlette(
         routes=[
             Route("/", board.index, methods=["GET", "HEAD"]),
@@ -388,6 +452,6 @@ def dashboard_app(
             Route("/pause", board.pause, methods=["POST"]),
             Route("/resume", board.resume, methods=["POST"]),
         ],
-        middleware=[Middleware(SecurityHeaders)],
+        middleware=middleware,
         exception_handlers={404: board.not_found},
     )

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .. import Jobs
+from .. import Jobs, Refusal
 from .._types import Where
 from ..store.contract import INT64_MAX
 from ._rows import ACTIONS
@@ -77,7 +77,10 @@ def read_plan(form: Mapping[str, Sequence[str]]) -> Plan | str:
     state = first("state")
     if state is not None and state not in ("queued", "running", "dead", "done"):
         return f"{state!r} is not a state"
-    where = Where(state=state, kind=first("kind"), error=first("error"), key=first("key"))
+    try:
+        where = Where(state=state, kind=first("kind"), error=first("error"), key=first("key"))
+    except Refusal as refusal:  # a NUL or a lone surrogate, which no row holds
+        return str(refusal)
     if scope == "all":
         states = ACTIONS[action][1]
         if where.state is not None and where.state not in states:
@@ -92,7 +95,7 @@ def read_plan(form: Mapping[str, Sequence[str]]) -> Plan | str:
         return f"at most {MOST_IDS:,} rows at once"
     ids: list[int] = []
     for value in raw:
-        if not value.isdigit() or not 0 < int(value) <= INT64_MAX:
+        if not (value.isascii() and value.isdigit()) or not 0 < int(value) <= INT64_MAX:
             return f"{value!r} is not a row id"
         ids.append(int(value))
     return Plan(action, where, tuple(dict.fromkeys(ids)))

@@ -4,7 +4,7 @@ words; only its own button (a second POST, with `confirm`) acts."""
 from __future__ import annotations
 
 from ._bulk import Plan
-from ._render import Chrome, csrf_field, esc, href, plural
+from ._render import Chrome, csrf_field, esc, exact, href, plural
 from ._rows import filter_query
 
 
@@ -26,7 +26,7 @@ def render_confirm(chrome: Chrome, plan: Plan, count: int) -> str:
         f'<input type="hidden" name="at_most" value="{count}">',
     ]
     hidden += [
-        f'<input type="hidden" name="{name}" value="{esc(value)}">'
+        f'<input type="hidden" name="{name}" value="{exact(value)}">'
         for name, value in filter_query(plan.where).items()
         if value is not None
     ]

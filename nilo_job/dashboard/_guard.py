@@ -1,13 +1,15 @@
 """What stands between a request and the queue: the security headers on every response, a
-sentence and 503 instead of a traceback and 500, the origin check, and the bounded form reader.
+sentence and 503 instead of a traceback and 500, the Host check, the origin check, and the
+bounded form reader.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from urllib.parse import parse_qs, urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -69,6 +71,48 @@ class SecurityHeaders:
             why = error if isinstance(error, JobError) else type(error).__name__
             answer = PlainTextResponse(f"the dashboard could not do that: {why}", 503)
             await answer(scope, receive, send_with_headers)
+
+
+class HostCheck:
+    """Answers 400 with a sentence to a request whose `Host` header names none of `hosts`
+    (lower case; an IPv6 address without its brackets), whatever its port: a page whose DNS
+    name was rebound to this server's address sends its own name, and is refused. A request
+    without a `Host` is refused too."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        given = Headers(scope=scope).get("host", "")
+        if host_name(given) in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        log.warning("dashboard: a request for the Host %r refused", given[:200])
+        names = ", ".join(sorted(self.hosts))
+        answer = PlainTextResponse(
+            f"refused: this dashboard answers to the names {names}, not to the Host "
+            f"{given[:200]!r}; to open it under another name, allow that name (--allow-host "
+            "NAME for the command, hosts=[...] for dashboard_app)",
+            400,
+        )
+        await answer(scope, receive, send)
+
+
+def host_name(header: str) -> str | None:
+    """The name in a `Host` header, lower case, without its port and an IPv6 address's
+    brackets ("[::1]:8900" is "::1"); None when it names none, or holds what no Host holds (a
+    user part, a path, a space)."""
+    if any(c in header for c in "@/?#\\ \t") or not header:
+        return None
+    try:
+        name = urlsplit(f"//{header}").hostname
+    except ValueError:
+        return None
+    return name or None
 
 
 def same_origin(request: Request, trusted: Collection[str]) -> bool:

@@ -1,7 +1,9 @@
 """The dashboard's HTML, the parts every page shares: escaping, times, the page skeleton.
 
 Everything shown that came from the table (kinds, errors, keys, payloads) goes through `esc`, so a
-payload holding markup shows as text. The skeleton is `templates/page.html`; each page's main part
+payload holding markup shows as text, and a control or reordering character (a right-to-left
+override) as a visible escape; a form field's value goes through `exact`, so it comes back as it
+was. The skeleton is `templates/page.html`; each page's main part
 is built by `_index.py`, `_rows.py` and `_row.py`. Times are microseconds since the epoch, shown in
 UTC in a `<time datetime=...>` (the static script puts the local time in its title) with a
 relative hint.
@@ -19,6 +21,7 @@ from importlib import resources
 from urllib.parse import urlencode
 
 from .._clock import utc_text
+from .._text import printable
 
 _TEMPLATE = string.Template(
     resources.files(__package__).joinpath("templates/page.html").read_text(encoding="utf-8")
@@ -27,20 +30,28 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Mode(Enum):
-    """What the visitor may do: nothing (no secret configured), log in, or act on rows."""
+    """What the header offers the visitor: nothing to do (no secret configured, or read access
+    only), a login form, a logout (logged in with the secret), the note that the application
+    granted full access, or nothing at all (a page refused)."""
 
     READ_ONLY = "read-only"
     LOGIN = "login"
     OPERATOR = "operator"
+    GRANTED = "granted"
+    CLOSED = "closed"
 
 
 @dataclass(frozen=True, slots=True)
 class Chrome:
     """What every page shows around its main part.
 
-    `now_us` is the moment the page was read (µs since the epoch); `problem` is a sentence
+    `now_us` is the moment the page was read (µs since the epoch); `store` names the store,
+    "" for a visitor who may not act (the header then names none); `problem` is a sentence
     shown when the store could not be read; `refresh` is the auto-refresh period in seconds
-    (None: off); `csrf` is the session's token, None unless an operator is logged in.
+    (None: off); `csrf` is the token the forms carry, None unless the visitor may act, and
+    `new_csrf` says it is new, to be set as its cookie with this page (`https`: the page was
+    asked for over https). `payloads` shows payloads, results, failure messages and
+    tracebacks, unique keys and workers.
     """
 
     title: str
@@ -54,15 +65,27 @@ class Chrome:
     problem: str | None = None
     refresh: int | None = None
     payloads: bool = False
+    new_csrf: bool = False
+    https: bool = False
 
     @property
     def operator(self) -> bool:
-        """Whether the visitor is logged in and may act on rows."""
-        return self.mode is Mode.OPERATOR and self.csrf is not None
+        """Whether the visitor may act on rows (logged in, or granted by the application)."""
+        return self.mode in (Mode.OPERATOR, Mode.GRANTED) and self.csrf is not None
 
 
 def esc(value: object) -> str:
-    """`value` as HTML text, quotes included; what is not Unicode shows as U+FFFD."""
+    """`value` as HTML text to be read, quotes included. Every control character but the
+    newline, and every character that reorders text (a right-to-left override, an isolate, a
+    direction mark), is written as a visible escape (`\\x1b`, `\\u202e`), so text from a row
+    cannot reorder or hide what a cell says; what is not Unicode shows as U+FFFD. A form
+    field's value or a link, which must come back as it was, takes `exact`."""
+    return exact(printable(str(value), lines=True))
+
+
+def exact(value: object) -> str:
+    """`value` as an HTML attribute's value, character for character (a form field's value, a
+    link), quotes included; what is not Unicode shows as U+FFFD."""
     text = str(value)
     if not text.isascii():
         text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
@@ -74,7 +97,7 @@ def href(base: str, path: str, query: Mapping[str, object] | None = None) -> str
     `query` as its query string."""
     fields = {k: str(v) for k, v in (query or {}).items() if v is not None and v != ""}
     tail = f"?{urlencode(fields, errors='surrogateescape')}" if fields else ""
-    return esc(f"{base}{path}{tail}")
+    return exact(f"{base}{path}{tail}")
 
 
 def iso(us: int) -> str:
@@ -135,13 +158,13 @@ def scroll_box(table: str, label: str) -> str:
 
 def csrf_field(chrome: Chrome) -> str:
     """The hidden field carrying the session's CSRF token."""
-    return f'<input type="hidden" name="csrf" value="{esc(chrome.csrf or "")}">'
+    return f'<input type="hidden" name="csrf" value="{exact(chrome.csrf or "")}">'
 
 
 def button(chrome: Chrome, path: str, label: str, element_id: str, **fields: str) -> str:
     """A one-button POST form to `path` (under the prefix), with the CSRF token and `fields`."""
     hidden = "".join(
-        f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
+        f'<input type="hidden" name="{exact(name)}" value="{exact(value)}">'
         for name, value in fields.items()
     )
     return (
@@ -169,9 +192,9 @@ def layout(chrome: Chrome, heading: str, main: str, *, here: str = "") -> str:
     return _TEMPLATE.substitute(
         title=esc(chrome.title),
         heading=esc(heading),
-        base=esc(chrome.base),
+        base=exact(chrome.base),
         refresh=refresh,
-        store=esc(chrome.store),
+        store=f"{esc(chrome.store)} · " if chrome.store else "",
         now=when(chrome.now_us, chrome.now_us, hint=False),
         nav=nav,
         auth=_auth(chrome),
@@ -182,10 +205,12 @@ def layout(chrome: Chrome, heading: str, main: str, *, here: str = "") -> str:
 
 
 def _auth(chrome: Chrome) -> str:
+    if chrome.mode is Mode.CLOSED:
+        return ""
     if chrome.mode is Mode.READ_ONLY:
-        return (
-            '<p id="read-only">Read-only: no secret is configured, so nothing can be changed.</p>'
-        )
+        return '<p id="read-only">Read-only: nothing can be changed from here.</p>'
+    if chrome.mode is Mode.GRANTED:
+        return '<p id="granted">Full access, granted by your application.</p>'
     if chrome.mode is Mode.LOGIN:
         return (
             f'<form method="post" action="{href(chrome.base, "/login")}" id="login-form">'

@@ -19,8 +19,9 @@ def _result(row: Row) -> str:
 
 
 def render_row(chrome: Chrome, row: Row) -> str:
-    """The row page's main part, as HTML. The payload and a done row's result are shown only
-    when the dashboard was made with `payloads=True` (either may be personal data)."""
+    """The row page's main part, as HTML. The payload, a done row's result, the unique key,
+    the worker, and the last failure's message and traceback are shown only when the
+    dashboard was made with `payloads=True` (each may be personal data)."""
     now = chrome.now_us
     took = ""
     if row.started_at is not None and row.finished_at is not None:
@@ -29,7 +30,6 @@ def render_row(chrome: Chrome, row: Row) -> str:
     fields = [
         _field("kind", "kind", esc(row.kind)),
         _field("state", "state", f'<span class="state {esc(row.state)}">{esc(row.state)}</span>'),
-        _field("unique key", "key", esc(row.unique_key) if row.unique_key else "–"),
         _field("pushed", "pushed", when(row.pushed_at, now) or "–"),
         _field("due", "due", due or "–"),
         _field("started", "started", when(row.started_at, now) or "–"),
@@ -40,9 +40,13 @@ def render_row(chrome: Chrome, row: Row) -> str:
     if row.state == "dead":
         fields.append(_field("died", "died", when(row.died_at, now)))
     fields.append(_field("attempt", "attempts", str(row.attempts)))
+    if row.snoozes is not None:  # a done row's history does not keep it
+        fields.append(_field("snoozes", "snoozes", str(row.snoozes)))
     if row.state == "running":
         fields.append(_field("lease until", "lease", when(row.lease_until, now) or "–"))
-    fields.append(_field("worker", "worker", esc(row.worker) if row.worker else "–"))
+    if chrome.payloads:
+        fields.insert(2, _field("unique key", "key", esc(row.unique_key or "–")))
+        fields.append(_field("worker", "worker", esc(row.worker) if row.worker else "–"))
     if row.unreadable is not None:
         fields.append(
             _field(
@@ -51,27 +55,31 @@ def render_row(chrome: Chrome, row: Row) -> str:
         )
     parts = [back_link(chrome, row), f'<dl class="fields" id="fields">{"".join(fields)}</dl>']
     if row.error:
-        parts.append(f'<section id="error"><h2>Last error</h2>{_error(row)}</section>')
+        parts.append(f'<section id="error"><h2>Last error</h2>{_error(chrome, row)}</section>')
     if chrome.payloads:
         parts.append(f'<section id="payload"><h2>Payload</h2>{payload_text(row, None)}</section>')
         if row.state == "done":
             parts.append(f'<section id="result"><h2>Result</h2>{_result(row)}</section>')
     else:
         parts.append(
-            '<p class="note" id="payload-hidden">The payload (and a done row\'s result) is '
-            "hidden: it may be personal data. The dashboard shows it when made with "
+            '<p class="note" id="payload-hidden">The payload, a done row\'s result, the unique '
+            "key, the worker and the last error's message and traceback are hidden: each may "
+            "be personal data. The dashboard shows them when made with "
             "<code>payloads=True</code> (<code>--payloads</code>).</p>"
         )
     parts.append(_actions(chrome, row))
     return "".join(parts)
 
 
-def _error(row: Row) -> str:
+def _error(chrome: Chrome, row: Row) -> str:
+    name = f'<p class="error" id="error-name">{esc(row.error)}</p>'
+    if not chrome.payloads:
+        return name
     trace = ""
     if row.traceback:
         trace = f'<pre class="trace" id="traceback">{esc(row.traceback)}</pre>'
     message = f'<p class="message" id="message">{esc(row.message)}</p>' if row.message else ""
-    return f'<p class="error" id="error-name">{esc(row.error)}</p>{message}{trace}'
+    return f"{name}{message}{trace}"
 
 
 def _actions(chrome: Chrome, row: Row) -> str:

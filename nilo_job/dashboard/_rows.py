@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import Jobs
 from .._types import Row, Where
-from ._render import Chrome, csrf_field, esc, href
+from ._render import Chrome, csrf_field, esc, exact, href
 from ._table import row_table
 
 ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -71,7 +71,7 @@ def _options(values: Sequence[str], chosen: str | None, any_label: str) -> str:
     options = [f'<option value=""{" selected" if chosen is None else ""}>{any_label}</option>']
     for value in values:
         selected = " selected" if value == chosen else ""
-        options.append(f'<option value="{esc(value)}"{selected}>{esc(value)}</option>')
+        options.append(f'<option value="{exact(value)}"{selected}>{esc(value)}</option>')
     return "".join(options)
 
 
@@ -84,7 +84,7 @@ def _filters(chrome: Chrome, listing: Listing) -> str:
     if where.error is not None and where.error not in errors:
         errors.append(where.error)
     states = _options(["queued", "running", "dead", "done"], where.state, "any state")
-    key = f'<input type="hidden" name="key" value="{esc(where.key)}">' if where.key else ""
+    key = f'<input type="hidden" name="key" value="{exact(where.key)}">' if where.key else ""
     return (
         f'<form method="get" action="{href(chrome.base, "/rows")}" class="filters" id="filters">'
         f'<label><span>State</span><select name="state" id="f-state">{states}</select></label>'
@@ -95,7 +95,7 @@ def _filters(chrome: Chrome, listing: Listing) -> str:
         f'{key}<button type="submit" id="apply-filter">Filter</button></form>'
         f'<form method="get" action="{href(chrome.base, "/rows")}" class="filters" id="search">'
         '<label class="wide"><span>Row id or unique key</span><input type="search" name="q" '
-        f'id="q" value="{esc(listing.q)}" autocomplete="off" spellcheck="false"></label>'
+        f'id="q" value="{exact(listing.q)}" autocomplete="off" spellcheck="false"></label>'
         '<button type="submit" id="search-go">Search</button></form>'
     )
 
@@ -123,7 +123,7 @@ def _bulk(chrome: Chrome, listing: Listing) -> str:
     if not chrome.operator or not listing.rows:
         return ""
     hidden = "".join(
-        f'<input type="hidden" name="{name}" value="{esc(value)}">'
+        f'<input type="hidden" name="{name}" value="{exact(value)}">'
         for name, value in filter_query(where).items()
         if value is not None
     )

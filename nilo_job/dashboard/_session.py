@@ -8,6 +8,11 @@ server or a sleep. A session is a signed cookie, nothing is kept on the server:
 
 `key` is derived from the configured secret, so changing the secret ends every session. Every
 comparison is `hmac.compare_digest`.
+
+A visitor whom the application's access function lets act has no session of the secret: the
+forms carry a random token that a cookie of its own also holds (a double-submit token, checked
+beside the origin and under SameSite=Strict), so any number of processes can check it without a
+key they share.
 """
 
 from __future__ import annotations
@@ -94,6 +99,24 @@ class Sessions:
     def csrf_matches(self, nonce: str, offered: str) -> bool:
         """Whether `offered` is session `nonce`'s CSRF token, compared in constant time."""
         return hmac.compare_digest(_bytes(offered), self.csrf(nonce).encode())
+
+
+def new_token() -> str:
+    """A fresh random form token for a visitor the access function lets act: 64 hex digits."""
+    return secrets.token_hex(32)
+
+
+def token_of(cookie: str | None) -> str | None:
+    """The form token a cookie holds, if it is one `new_token` could have made; else None."""
+    if cookie is None or len(cookie) != 64 or not cookie.isascii():
+        return None
+    return cookie if all(c in "0123456789abcdef" for c in cookie) else None
+
+
+def token_matches(cookie: str | None, offered: str) -> bool:
+    """Whether the form's `offered` token is the one the cookie holds, in constant time."""
+    held = token_of(cookie)
+    return held is not None and hmac.compare_digest(_bytes(offered), held.encode())
 
 
 def _bytes(text: str) -> bytes:

@@ -28,20 +28,26 @@ def payload_text(row: Row, limit: int | None = PAYLOAD_CHARS) -> str:
     The cut falls between JSON tokens, so a number, `true`, `false` or `null` is never cut; only
     a string longer than the room left is cut inside, and never inside an escape (`\\n`). A line
     may break after each `,` and `:` (a `<wbr>`), so a long payload wraps between its members.
+    A payload a list read only the start of (`row.payload_cut`: that start, as text) is shown
+    from that text, and always ends in "…".
     """
     if row.unreadable is not None and row.payload is None:
         return '<span class="unreadable">cannot be read</span>'
-    text = json.dumps(row.payload, ensure_ascii=False, separators=(",", ":"))
+    if row.payload_cut and isinstance(row.payload, str):
+        text = row.payload  # the start of the stored JSON, as it is
+    else:
+        text = json.dumps(row.payload, ensure_ascii=False, separators=(",", ":"))
     tokens = _TOKEN.findall(text)
-    cut = False
+    cut = row.payload_cut
     if limit is not None and len(text) > limit:
         tokens, cut = _cut(tokens, limit), True
     html = "".join(esc(token) + ("<wbr>" if token in (",", ":") else "") for token in tokens)
     return f'<code class="json">{html}{"…" if cut else ""}</code>'
 
 
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[^",:{}\[\]]+|.', re.S)
-"""A token of compact JSON: a string, a number or literal, or one punctuation character."""
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[^",:{}\[\]]+|.', re.S)
+"""A token of compact JSON: a string (or, at the end of JSON cut short, the start of one), a
+number or literal, or one punctuation character."""
 _UNIT = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|.", re.S)
 """One character of a JSON string as written: an escape, or a character."""
 STRING_LEAST = 8
@@ -71,8 +77,8 @@ def _cut(tokens: list[str], limit: int) -> list[str]:
 
 
 def error_cell(chrome: Chrome, row: Row, *, link: bool = True) -> str:
-    """The last failure of `row`: its name (a link to the rows that failed with it), its message,
-    and its traceback folded away."""
+    """The last failure of `row`: its name (a link to the rows that failed with it), then, when
+    the dashboard shows payloads, its message and its traceback folded away."""
     if not row.error:
         return ""
     name = esc(row.error)
@@ -82,6 +88,8 @@ def error_cell(chrome: Chrome, row: Row, *, link: bool = True) -> str:
         )
         name = f'<a href="{target}" class="error-link">{name}</a>'
     parts = [f'<span class="error">{name}</span>']
+    if not chrome.payloads:
+        return parts[0]
     if row.message:
         parts.append(f'<span class="message">{esc(row.message)}</span>')
     if row.traceback:
@@ -99,11 +107,14 @@ def _took(row: Row) -> str:
 
 
 def _heads(state: str | None, chrome: Chrome) -> list[tuple[str, str]]:
-    """(text, class) of each column after id and kind."""
+    """(text, class) of each column after id and kind; the unique key, the worker and the
+    payload only when the dashboard shows payloads."""
     if state == "queued":
-        heads = [("due", ""), ("attempts so far", "n"), ("last error", ""), ("unique key", "")]
+        heads = [("due", ""), ("attempts so far", "n"), ("last error", "")]
+        heads += [("unique key", "")] if chrome.payloads else []
     elif state == "running":
-        heads = [("due", ""), ("attempt", "n"), ("lease until", ""), ("worker", "")]
+        heads = [("due", ""), ("attempt", "n"), ("lease until", "")]
+        heads += [("worker", "")] if chrome.payloads else []
     elif state == "dead":
         heads = [("error", ""), ("attempts", "n"), ("died", "")]
     elif state == "done":
@@ -119,19 +130,19 @@ def _cells(chrome: Chrome, row: Row, state: str | None) -> list[str]:
     now = chrome.now_us
     due = "" if row.unreadable and "run_at" in row.unreadable else when(row.run_at, now)
     if state == "queued":
-        return [
+        queued = [
             f"<td>{due}</td>",
             f'<td class="n">{row.attempts}</td>',
             f"<td>{error_cell(chrome, row)}</td>",
-            f"<td>{esc(row.unique_key or '')}</td>",
         ]
+        return queued + ([f"<td>{esc(row.unique_key or '')}</td>"] if chrome.payloads else [])
     if state == "running":
-        return [
+        running = [
             f"<td>{due}</td>",
             f'<td class="n">{row.attempts}</td>',
             f"<td>{when(row.lease_until, now)}</td>",
-            f"<td>{esc(row.worker or '')}</td>",
         ]
+        return running + ([f"<td>{esc(row.worker or '')}</td>"] if chrome.payloads else [])
     if state == "dead":
         return [
             f"<td>{error_cell(chrome, row)}</td>",

@@ -88,7 +88,8 @@ class TaskBackend(BaseTaskBackend):
         """This backend's queue (one per alias in a process, however many threads ask).
 
         Raises:
-            Refusal: a `workers`, `poll_ms` or `retention_ms` option that `job.Jobs` refuses.
+            Refusal: a `workers`, `poll_ms`, `retention_ms` or `max_payload` option that
+                `job.Jobs` or `job.Table` refuses.
         """
         key = (self.alias, repr((self.settings, sorted(self.kinds))))
         with _lock:
@@ -97,9 +98,8 @@ class TaskBackend(BaseTaskBackend):
                 given: dict[str, Any] = dict(self.settings.queue)
                 if self.settings.timeout_ms is not None:
                     given["timeout_ms"] = self.settings.timeout_ms
-                found = Jobs(
-                    kinds=list(self.kinds.values()), store=Table(self.settings.store), **given
-                )
+                store = Table(self.settings.store, **self.settings.table)
+                found = Jobs(kinds=list(self.kinds.values()), store=store, **given)
                 _queues[key] = found
         return found
 

@@ -17,7 +17,10 @@ from .._bounds import POSITIVE_MS, whole
 from .._errors import Refusal
 from .._types import Exponential, Fixed, Retry
 
-KNOWN = ("store", "database", "retry", "timeout_ms", "workers", "poll_ms", "retention_ms")
+KNOWN = (
+    "store", "database", "retry", "timeout_ms", "workers", "poll_ms", "retention_ms",
+    "max_payload",
+)  # fmt: skip
 """The option names this backend reads."""
 
 _LIBPQ = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name")
@@ -31,7 +34,8 @@ class Options:
     `store` is the table's URL; `database` the Django database alias whose transactions an
     enqueue joins, or None when the table is in another database; `retry` and `timeout_ms` (ms,
     None: the queue's 60,000) apply to every task of the backend; `queue` holds the keyword
-    arguments of `job.Jobs` given (`workers`, `poll_ms`, `retention_ms`).
+    arguments of `job.Jobs` given (`workers`, `poll_ms`, `retention_ms`), `table` those of
+    `job.Table` (`max_payload`).
     """
 
     store: str
@@ -39,6 +43,7 @@ class Options:
     retry: Retry
     timeout_ms: int | None
     queue: dict[str, int]
+    table: dict[str, int]
 
 
 def read(alias: str, options: Mapping[str, Any]) -> Options:
@@ -83,12 +88,14 @@ def read(alias: str, options: Mapping[str, Any]) -> Options:
     for name in ("workers", "poll_ms", "retention_ms"):
         if name in options:
             queue[name] = options[name]  # job.Jobs refuses a bad value with its own sentence
+    table = {"max_payload": options["max_payload"]} if "max_payload" in options else {}
     return Options(
         store=store,
         database=joined,
         retry=retry_of(where, options.get("retry")),
         timeout_ms=timeout_ms,
         queue=queue,
+        table=table,
     )
 
 

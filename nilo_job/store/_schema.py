@@ -16,19 +16,20 @@ table while a deploy rolls (or after it is rolled back). `check()` (at the start
     version 3   + pushed_at, started_at, worker: when a row was pushed, when its last attempt
                 started and which process ("host:pid") claimed it; + the tables
                 nilo_jobs_done (done rows kept as history) and nilo_jobs_paused (paused kinds)
+    version 4   + snoozes: how many times a row's runs snoozed (`job.Snooze`), 0 by default
 """
 
 from __future__ import annotations
 
 from .._errors import StoreUnavailable
 
-VERSION = 3
+VERSION = 4
 """The version of the table this nilo-job writes."""
 
 COMPATIBLE_FROM = 1
 """The oldest version whose nilo-job still works on a table of this version: every step so far
-only adds nullable columns and tables of their own, which an older nilo-job neither reads nor
-needs."""
+only adds nullable columns, columns with a default (`snoozes`, which an older nilo-job's inserts
+leave to it) and tables of their own, which an older nilo-job neither reads nor needs."""
 
 Recorded = tuple[int, int] | None
 """What `nilo_jobs_version` says: (version, compatible_from), or None when there is no record."""
@@ -37,10 +38,10 @@ COLUMNS_1 = frozenset(
     {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
      "detail", "died_at"}
 )  # fmt: skip
-COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker"}
+COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker", "snoozes"}
 """The columns this version reads and writes."""
 
-STEPS = {2: "upgrade_to_2", 3: "upgrade_to_3"}
+STEPS = {2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4"}
 """The statement that brings a table to each version from the one before."""
 
 
@@ -51,9 +52,12 @@ def version_of(columns: set[str], recorded: Recorded) -> int:
         return recorded[0]
     if not columns:
         return 0
-    if "pushed_at" in columns:
-        return 3
-    return 2 if "traceback" in columns else 1
+    version = 1
+    for added in ("traceback", "pushed_at", "snoozes"):  # the first column of each version
+        if added not in columns:
+            return version
+        version += 1
+    return version
 
 
 def steps_from(columns: set[str], recorded: Recorded, where: str) -> list[str] | None:

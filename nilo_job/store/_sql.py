@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 from .contract import (
+    LISTED_CHARS,
     NEWEST_FIRST,
     Claimed,
     DeadRow,
@@ -20,6 +21,7 @@ from .contract import (
     Released,
     Retrying,
     RowView,
+    Snoozed,
     Where,
     check_state,
 )
@@ -38,8 +40,8 @@ def load(package: str) -> dict[str, str]:
 def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
     """The name of the statement that applies `end`, and its positional parameters.
 
-    Every SQL store names these statements alike (`done`, `retrying`, `died`, `released`), each
-    fenced by `id = ? AND state = 'running' AND attempts = ?`.
+    Every SQL store names these statements alike (`done`, `retrying`, `died`, `released`,
+    `snoozed`), each fenced by `id = ? AND state = 'running' AND attempts = ?`.
     """
     if isinstance(end, Done):
         return "done", (end.id, end.attempts)
@@ -57,6 +59,8 @@ def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
         return "died", (end.died_at, end.error, end.detail, end.traceback, end.id, end.attempts)
     if isinstance(end, Released):
         return "released", (end.run_at, end.id, end.attempts)
+    if isinstance(end, Snoozed):
+        return "snoozed", (end.run_at, end.release_key, end.id, end.attempts)
     raise TypeError(f"not an end: {end!r}")
 
 
@@ -69,11 +73,11 @@ def keep_values(end: Done) -> tuple[object, ...]:
 
 _LIVE_COLUMNS = (
     "id, kind, state, {payload}, run_at, attempts, unique_key, lease_until, error, died_at, "
-    "detail, traceback, pushed_at, started_at, NULL, worker, NULL"
+    "detail, traceback, pushed_at, started_at, NULL, worker, NULL, snoozes"
 )
 _DONE_COLUMNS = (
     "id, kind, 'done', {payload}, run_at, attempts, unique_key, NULL, error, NULL, detail, NULL, "
-    "pushed_at, started_at, finished_at, worker, result"
+    "pushed_at, started_at, finished_at, worker, result, NULL"
 )
 _ORDER = {"queued": "run_at", "running": "run_at", "dead": "died_at", "done": "finished_at"}
 
@@ -92,7 +96,7 @@ def find_statement(
     """
     state = check_state(where.state or "")
     mark = "%s" if postgres else "?"
-    payload = "payload::text" if postgres else "payload"
+    payload = listed_payload(postgres=postgres)
     columns = (_DONE_COLUMNS if state == "done" else _LIVE_COLUMNS).format(payload=payload)
     body, params = _matching(where, state, postgres=postgres)
     order = _ORDER[state]
@@ -103,6 +107,20 @@ def find_statement(
     direction = " DESC" if newest_first else ""
     sql = f"SELECT {columns} {body} ORDER BY {order}{direction}, id{direction} LIMIT {mark}"
     return sql, [*params, limit]
+
+
+def listed_payload(*, postgres: bool) -> str:
+    """The column a list reads of each payload: its first `LISTED_CHARS + 1` characters
+    (`contract.listed`), so that a page reads a bounded amount whatever its rows carry. On
+    SQLite, a payload another program stored as a number stays the number, for `row_view` to
+    name."""
+    most = LISTED_CHARS + 1
+    if postgres:
+        return f"left(payload::text, {most})"
+    return (
+        "CASE WHEN typeof(payload) IN ('text', 'blob') "
+        f"THEN substr(payload, 1, {most}) ELSE payload END"
+    )
 
 
 def count_statement(where: Where, *, postgres: bool) -> tuple[str, list[object]]:
@@ -163,6 +181,7 @@ def row_view(r: Any) -> RowView:
         finished_at=_number(r[14], "finished_at", problems),
         worker=_text(r[15], "worker", problems),
         result=None if r[16] is None else _result_bytes(r[16], problems),
+        snoozes=_number(r[17], "snoozes", problems),
     )
 
 
@@ -184,18 +203,20 @@ def dead_row(r: Any) -> DeadRow:
 
 def claimed_row(r: Any) -> Claimed:
     """A `Claimed` from the columns a claim returns (id, kind, payload, attempts, run_at,
-    unique_key); a row that cannot be read as nilo-job writes it says why in `unreadable`."""
-    payload, run_at = r[2], r[4]
-    if type(payload) is str and type(run_at) is int:
+    unique_key, snoozes); a row that cannot be read as nilo-job writes it says why in
+    `unreadable`."""
+    payload, run_at, snoozes = r[2], r[4], r[6]
+    if type(payload) is str and type(run_at) is int and type(snoozes) is int:
         try:
-            return Claimed(r[0], r[1], payload.encode(), r[3], run_at, r[5])
+            return Claimed(r[0], r[1], payload.encode(), r[3], run_at, r[5], None, snoozes)
         except UnicodeEncodeError:
             pass  # not UTF-8 (read with surrogateescape): said below
     problems: list[str] = []
     data = _payload_bytes(payload, problems)
     due = _number(run_at, "run_at", problems)
     key = r[5] if r[5] is None or isinstance(r[5], str) else None
-    return Claimed(r[0], r[1], data, r[3], due or 0, key, "; ".join(problems) or None)
+    count = _number(snoozes, "snoozes", problems) or 0
+    return Claimed(r[0], r[1], data, r[3], due or 0, key, "; ".join(problems) or None, count)
 
 
 def _payload_bytes(value: object, problems: list[str]) -> bytes:

@@ -6,6 +6,7 @@ from typing import Any
 
 from .._bounds import Span, whole
 from .._errors import Refusal
+from ._target import shown
 from .contract import Store
 
 POOL_SIZE = Span(1, 262_143, "a count of connections", "PostgreSQL's most connections")
@@ -19,11 +20,12 @@ def Table(target: object, **options: Any) -> Store:
     Args:
         target: `"sqlite:///relative.db"`, `"sqlite:////absolute.db"`, `"sqlite:///:memory:"`,
             `"postgresql://user@host/db"`, or a `psycopg_pool.AsyncConnectionPool` of yours.
-        **options: passed to the store (SQLite: `busy_timeout_ms`, `synchronous`; PostgreSQL:
-            `max_size`; `answer_ms`, how long the server has to answer one call before its
-            connection is given up, see docs/connections.md; and behind PgBouncer in
-            transaction mode `pooler=True` with `listen_url="postgresql://…direct…"`, see
-            docs/pgbouncer.md).
+        **options: passed to the store (both: `max_payload`, the largest payload a row may
+            carry, in bytes of JSON, 1 MiB by default; SQLite: `busy_timeout_ms`,
+            `synchronous`; PostgreSQL: `max_size`; `answer_ms`, how long the server has to
+            answer one call before its connection is given up, see docs/connections.md; and
+            behind PgBouncer in transaction mode `pooler=True` with
+            `listen_url="postgresql://…direct…"`, see docs/pgbouncer.md).
 
     Returns:
         A store; `await table.create_missing()` creates the table, `await table.check()` checks it.
@@ -48,8 +50,32 @@ def Table(target: object, **options: Any) -> Store:
         if "max_size" in options:
             whole(options["max_size"], POOL_SIZE, "job.Table(..., max_size={})", "max_size")
         return PostgresTable(target, **options)  # type: ignore[arg-type]
-    raise Refusal(
-        f"job.Table({target!r}): pass a URL, 'sqlite:///app.db' (relative), "
-        "'sqlite:////var/lib/app.db' (absolute) or 'postgresql://user@host/db', or a "
-        "psycopg_pool.AsyncConnectionPool"
+    raise Refusal(f"job.Table({_said(target)}): {_instead(target)}")
+
+
+def _said(target: object) -> str:
+    """`target` as the refusal names it, never with its password (`shown`)."""
+    return repr(shown(target)) if isinstance(target, str) else shown(target)
+
+
+def _instead(target: object) -> str:
+    """What to pass instead of `target`."""
+    accepted = (
+        "pass a URL, 'sqlite:///app.db' (relative), 'sqlite:////var/lib/app.db' (absolute) or "
+        "'postgresql://user@host/db', or a psycopg_pool.AsyncConnectionPool"
     )
+    if not isinstance(target, str):
+        return accepted
+    scheme, sep, rest = target.partition("://")
+    if sep and scheme.startswith(("postgresql+", "postgres+")):
+        return (
+            "this is a SQLAlchemy URL; job.Table takes libpq's, without the driver: "
+            f"{shown('postgresql://' + rest)!r}"
+        )
+    if not sep and "=" in target:
+        return (
+            "this is a libpq keyword string; job.Table takes the same as a URL, "
+            "'postgresql://user:password@host:port/dbname' (percent-encoded), or a "
+            "psycopg_pool.AsyncConnectionPool opened with it"
+        )
+    return accepted

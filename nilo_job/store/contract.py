@@ -8,11 +8,20 @@ every method of it.
 
 Times are microseconds since the epoch, always handed in by the caller: a store never reads the
 clock. Payloads are the JSON bytes the queue encoded.
+
+A store may also have `max_payload`, an int: the largest payload (bytes of JSON) one row may
+carry. The queue refuses a larger one at push (`PayloadTooLarge`) before the store is called, so
+a store never checks it; a store without it takes payloads of any size. The shipped stores have
+it: `job.Memory` 4 KiB by default, `job.Table` `MAX_PAYLOAD`.
+
+A list (`find`, `rows`, `dead_ones`) needs only the start of each payload: a store may answer
+just the first `LISTED_CHARS + 1` characters of it (`listed`), and the queue shows at most
+`LISTED_CHARS` of them, saying that a longer payload was cut. `row` reads the whole payload.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -22,6 +31,8 @@ from .._types import Stats, Where
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "LISTED_CHARS",
+    "MAX_PAYLOAD",
     "ROW_STATES",
     "Claimed",
     "DeadRow",
@@ -32,10 +43,33 @@ __all__ = [
     "Released",
     "Retrying",
     "RowView",
+    "Snoozed",
     "Store",
     "Where",
     "check_state",
+    "limited",
+    "listed",
 ]
+
+MAX_PAYLOAD = 1_048_576
+"""The largest payload a `job.Table` row carries unless its `max_payload` says otherwise: 1 MiB
+of JSON."""
+
+LISTED_CHARS = 4_096
+"""How many characters of a payload's JSON a list (`find`, `rows`, `dead_ones`) shows; a longer
+payload is cut there, and read whole only by `row`."""
+
+
+def listed(payload: bytes) -> bytes:
+    """The start of `payload` a list needs: its first `LISTED_CHARS + 1` characters (one more
+    than a list shows, so that a cut payload can be told from one that is exactly as long), or
+    all of it when shorter. Bytes that are not UTF-8 are kept as they are."""
+    if len(payload) <= LISTED_CHARS:
+        return payload  # no longer in characters than in bytes
+    head = payload[: 4 * (LISTED_CHARS + 1)]  # a character is at most 4 bytes of UTF-8
+    return head.decode("utf-8", "surrogateescape")[: LISTED_CHARS + 1].encode(
+        "utf-8", "surrogateescape"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +96,8 @@ class NewRow:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A row a claim took: `attempts` already counts this claim (1 the first time).
+    """A row a claim took: `attempts` already counts this claim (1 the first time); `snoozes`
+    is how many times its runs have snoozed so far (`Snoozed`).
 
     `unreadable` says why, when the store could not read the row as nilo-job writes it (a
     payload stored as a BLOB, a column of the wrong type: a row some other program wrote). The
@@ -76,6 +111,7 @@ class Claimed:
     run_at: int
     unique_key: str | None
     unreadable: str | None = None
+    snoozes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +182,23 @@ class Released:
     then: NewRow | None = None
 
 
-End = Done | Retrying | Died | Released
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    """The run of claim (`id`, `attempts`) snoozed: `queued` again, due at `run_at` (µs), with
+    the claim's attempt uncounted and the row's `snoozes` one higher.
+
+    The row keeps its unique key unless `release_key` (a schedule's tick, whose key went on
+    with `then`), and its last failure's error, message and traceback, if it has one.
+    """
+
+    id: int
+    attempts: int
+    run_at: int
+    release_key: bool = False
+    then: NewRow | None = None
+
+
+End = Done | Retrying | Died | Released | Snoozed
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +246,8 @@ class RowView:
     finished_at: int | None = None
     worker: str | None = None
     result: bytes | None = None
+    snoozes: int | None = None
+    """How many times its runs snoozed; None for a done row (the history does not keep it)."""
 
     def sort_key(self) -> tuple[int, int]:
         """(value, id) of this row in its state's order: what a keyset page continues after."""
@@ -223,6 +277,17 @@ def check_state(state: str) -> str:
 
         raise Refusal(f"state={state!r}: a row is 'queued', 'running', 'dead' or 'done'")
     return state
+
+
+def limited(
+    kinds: Sequence[str], limits: Mapping[str, int]
+) -> tuple[list[str], list[tuple[str, int]]]:
+    """`kinds` as a claim with `limits` takes them: those without a limit, in their order, and
+    those with one, each with its limit, in the order of their names (the order in which
+    claims take their kinds' locks, so that two claims never wait for each other)."""
+    free = [kind for kind in kinds if kind not in limits]
+    capped = sorted((kind, limits[kind]) for kind in set(kinds) if kind in limits)
+    return free, capped
 
 
 @runtime_checkable
@@ -270,8 +335,11 @@ class Store(Protocol):
         """Insert `rows` in one transaction; each answer is the new id, or None where a queued or
         running row of the same kind already holds the unique key.
 
+        A store never checks a payload's size: the queue refused a payload over the store's
+        `max_payload` before this call.
+
         Raises:
-            QueueFull, PayloadTooLarge: (Memory) nothing of the call is written.
+            QueueFull: (Memory) nothing of the call is written.
         """
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
@@ -293,11 +361,20 @@ class Store(Protocol):
         lease_until_us: int,
         limit: int,
         worker: str | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
         """Take up to `limit` rows of `kinds`, in `run_at` order: queued rows due at `now_us`, and
         running rows whose lease ran out by `now_us`. Each becomes `running` until
-        `lease_until_us` with `attempts` one higher, started at `now_us` by `worker` ("host:pid").
-        Rows of other kinds are never touched."""
+        `lease_until_us` with `attempts` one higher, started at `now_us` by `worker` ("host:pid"),
+        and is answered with its `snoozes`. Rows of other kinds are never touched.
+
+        `limits` holds the kinds with a concurrency limit, each with its limit (a kind of it
+        not among `kinds` is not claimed). The queue passes it only when it has such kinds.
+        Those among `kinds` are claimed first, one kind at a time (`limited`): each with at
+        most its limit less its rows running under a live lease (`lease_until` after
+        `now_us`), counted and claimed atomically against every other claim of that kind, in
+        every process, so that no more than its limit ever hold a live lease at once. The
+        other kinds are then claimed as without `limits`, up to what is left of `limit`."""
 
     async def finish(self, ends: Sequence[End]) -> list[bool]:
         """Apply each end to its row, if the row is still `running` under that claim's `attempts`.
@@ -317,10 +394,12 @@ class Store(Protocol):
         """Count the rows by state (`done` too: the rows kept as history)."""
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
-        """The dead rows, newest first (by `died_at`, then id), at most `limit`."""
+        """The dead rows, newest first (by `died_at`, then id), at most `limit`; each payload
+        may be only its start (`listed`)."""
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
-        """At most `limit` rows in `state`, in its order (`NEWEST_FIRST`)."""
+        """At most `limit` rows in `state`, in its order (`NEWEST_FIRST`); each payload may be
+        only its start (`listed`)."""
 
     async def counts(self) -> dict[tuple[str, str], int]:
         """How many rows there are of each (kind, state) that has any."""
@@ -330,19 +409,20 @@ class Store(Protocol):
         unique index), ordered by kind: for a schedule, its next tick."""
 
     async def retry_dead(self, row_id: int, now_us: int) -> bool:
-        """Queue a dead row again, due at `now_us`, from attempt one with no error; True if it was
-        dead."""
+        """Queue a dead row again, due at `now_us`, from attempt one with no error and no
+        snoozes; True if it was dead."""
 
     # ------------------------------------------------------------------ the operator's calls
 
     async def row(self, row_id: int) -> RowView | None:
-        """The row with id `row_id` in whichever state it is (a done row from the history), or
-        None when there is none."""
+        """The row with id `row_id` in whichever state it is (a done row from the history), its
+        whole payload, or None when there is none."""
 
     async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
         """At most `limit` rows that match `where` (its `state` is set), in that state's order
         (`NEWEST_FIRST`), starting after the row whose `sort_key()` is `after` (None: from the
-        first): a keyset page, as cheap deep in the table as at its start."""
+        first): a keyset page, as cheap deep in the table as at its start. Each payload may be
+        only its start (`listed`): a page reads a bounded amount whatever the rows carry."""
 
     async def count(self, where: Where) -> int:
         """How many rows match `where` (its `state` is set)."""

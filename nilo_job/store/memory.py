@@ -1,18 +1,20 @@
 """`job.Memory`: the store contract in this process, for tests and for queues that may be lost.
 
 It keeps exactly the promises the SQL stores keep (the unique key, the lease, the claim order,
-dead rows kept), so a test on Memory tests the program. It is a queue and not a cache: full is
-`QueueFull`, never an eviction.
+a kind's concurrency limit, dead rows kept), so a test on Memory tests the program. It is a
+queue and not a cache: full is `QueueFull`, never an eviction. Its `max_payload` is the queue's
+to check, at push.
 """
 
 from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .._errors import PayloadTooLarge, QueueFull, Refusal, is_int
+from .._bounds import PAYLOAD_BYTES, whole
+from .._errors import QueueFull, Refusal, is_int
 from .._types import Stats
 from .contract import (
     NEWEST_FIRST,
@@ -25,8 +27,11 @@ from .contract import (
     Released,
     Retrying,
     RowView,
+    Snoozed,
     Where,
     check_state,
+    limited,
+    listed,
 )
 
 _HISTORY_MOST = 10_000  # the most done rows a Memory keeps (the oldest go first)
@@ -40,16 +45,18 @@ class Memory:
 
     Args:
         bytes: the most payload bytes the queue holds at once (queued, running and dead rows).
-        max_payload: the largest payload, in bytes, one row may carry (4 KiB by default).
+        max_payload: the largest payload, in bytes of JSON, one row may carry (4 KiB by
+            default; from 1 to 1,000,000,000). A push over it is refused with
+            `PayloadTooLarge` by the queue, before this store is called.
 
     Raises:
-        Refusal: a bound is not a positive int.
+        Refusal: `bytes` is not a positive int, or `max_payload` is out of its range.
     """
 
     def __init__(self, *, bytes: int = 1 << 20, max_payload: int = 4096) -> None:
-        for name, value in (("bytes", bytes), ("max_payload", max_payload)):
-            if not is_int(value, 1):
-                raise Refusal(f"job.Memory({name}={value!r}) takes a positive number of bytes")
+        if not is_int(bytes, 1):
+            raise Refusal(f"job.Memory(bytes={bytes!r}) takes a positive number of bytes")
+        whole(max_payload, PAYLOAD_BYTES, "job.Memory(max_payload={})", "max_payload")
         self.capacity = bytes
         self.max_payload = max_payload
         self._rows: dict[int, _Row] = {}
@@ -90,12 +97,6 @@ class Memory:
 
     async def push(self, rows: Sequence[NewRow]) -> list[int | None]:
         with self._lock:
-            for row in rows:
-                if len(row.payload) > self.max_payload:
-                    raise PayloadTooLarge(
-                        f"a {row.kind} payload of {len(row.payload)} bytes is over this "
-                        f"job.Memory's max_payload of {self.max_payload}; nothing was pushed"
-                    )
             need = sum(len(row.payload) for row in rows)
             if self._used + need > self.capacity:
                 raise QueueFull(
@@ -151,25 +152,55 @@ class Memory:
         lease_until_us: int,
         limit: int,
         worker: str | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
-        wanted = set(kinds)
         with self._lock:
-            queued = self._take(self._due, now_us, limit, wanted, "queued")
-            expired = self._take(self._leases, now_us, limit, wanted, "running")
-            both = sorted(queued + expired, key=lambda row: (row.run_at, row.id))
-            taken, left = both[:limit], both[limit:]
-            for row in left:  # due but past the limit: back in their heaps, unchanged
-                self._index(row)
-            for row in taken:
-                row.state = "running"
-                row.lease_until = lease_until_us
-                row.attempts += 1
-                row.started_at, row.worker = now_us, worker
-                heapq.heappush(self._leases, (lease_until_us, row.id))
+            if not limits:
+                taken = self._claim(set(kinds), now_us, lease_until_us, limit, worker)
+            else:
+                free, capped = limited(kinds, limits)
+                taken = []
+                for kind, most in capped:  # under the lock: no other claim counts meanwhile
+                    room = min(limit - len(taken), most - self._running(kind, now_us))
+                    if room > 0:
+                        taken += self._claim({kind}, now_us, lease_until_us, room, worker)
+                if free and len(taken) < limit:
+                    left = limit - len(taken)
+                    taken += self._claim(set(free), now_us, lease_until_us, left, worker)
+                taken.sort(key=lambda row: (row.run_at, row.id))
             return [
-                Claimed(row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key)
+                Claimed(
+                    row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key,
+                    None, row.snoozes,
+                )
                 for row in taken
-            ]
+            ]  # fmt: skip
+
+    def _claim(
+        self, kinds: set[str], now_us: int, lease_until_us: int, limit: int, worker: str | None
+    ) -> list[_Row]:
+        """(under the lock) `claim` of up to `limit` rows of `kinds`, none limited."""
+        queued = self._take(self._due, now_us, limit, kinds, "queued")
+        expired = self._take(self._leases, now_us, limit, kinds, "running")
+        both = sorted(queued + expired, key=lambda row: (row.run_at, row.id))
+        taken, left = both[:limit], both[limit:]
+        for row in left:  # due but past the limit: back in their heaps, unchanged
+            self._index(row)
+        for row in taken:
+            row.state = "running"
+            row.lease_until = lease_until_us
+            row.attempts += 1
+            row.started_at, row.worker = now_us, worker
+            heapq.heappush(self._leases, (lease_until_us, row.id))
+        return taken
+
+    def _running(self, kind: str, now_us: int) -> int:
+        """(under the lock) How many rows of `kind` run under a live lease at `now_us`."""
+        return sum(
+            1
+            for row in self._rows.values()
+            if row.kind == kind and row.state == "running" and (row.lease_until or 0) > now_us
+        )
 
     def _take(
         self, heap: list[tuple[int, int]], now_us: int, limit: int, kinds: set[str], state: str
@@ -242,6 +273,12 @@ class Memory:
                 elif isinstance(end, Released):
                     row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
                     row.started_at = row.worker = None  # given back unrun
+                    self._index(row)
+                elif isinstance(end, Snoozed):
+                    row.state, row.run_at, row.attempts = "queued", end.run_at, row.attempts - 1
+                    row.snoozes += 1
+                    if end.release_key:
+                        self._free_key(row)
                     self._index(row)
                 if end.then is not None:
                     # A schedule's next tick may go over the byte budget: losing it would stop
@@ -326,6 +363,7 @@ class Memory:
             row.state, row.run_at, row.attempts = "queued", now_us, 0
             row.error = row.detail = row.traceback = row.died_at = None
             row.started_at = row.worker = None
+            row.snoozes = 0
             self._index(row)
             return True
 
@@ -353,7 +391,7 @@ class Memory:
                 row.kind,
                 row.error or "",
                 row.attempts,
-                row.payload,
+                listed(row.payload),
                 row.died_at or 0,
                 row.detail or "",
                 row.traceback or "",
@@ -384,7 +422,7 @@ class Memory:
     async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
         newest_first = check_state(where.state or "") in NEWEST_FIRST
         with self._lock:
-            views = [_view(row) for row in self._matching(where)]
+            views = [_view(row, in_list=True) for row in self._matching(where)]
         if after is not None:
             views = [
                 view
@@ -468,12 +506,17 @@ class _Row:
     finished_at: int | None = None
     worker: str | None = None
     result: bytes | None = None
+    snoozes: int = 0
 
 
-def _view(row: _Row) -> RowView:
+def _view(row: _Row, *, in_list: bool = False) -> RowView:
+    """`row` as the operator reads it: with its whole payload, or `in_list` the start of it a
+    list needs (`listed`)."""
     lease = row.lease_until if row.state == "running" else None
+    payload = listed(row.payload) if in_list else row.payload
     return RowView(
-        row.id, row.kind, row.state, row.payload, row.run_at, row.attempts, row.unique_key,
+        row.id, row.kind, row.state, payload, row.run_at, row.attempts, row.unique_key,
         lease, row.error, row.died_at, row.detail, row.traceback, None, row.pushed_at,
         row.started_at, row.finished_at, row.worker, row.result,
+        None if row.state == "done" else row.snoozes,
     )  # fmt: skip

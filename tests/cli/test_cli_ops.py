@@ -55,6 +55,7 @@ def test_stats_dead_retry_and_cancel_over_a_database_url(url: str) -> None:
             "attempts": 1,
             "died_at": T + 1_000_000,
             "payload": {"to": "b@example.com", "fail": True},
+            "payload_cut": False,
             "message": "550 b@example.com",
             "traceback": (
                 "Traceback (most recent call last):\n"

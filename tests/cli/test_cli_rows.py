@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import nilo_job as job
 from nilo_job.cli._text import utc_exact
 from tests.helpers.cli_ops import QUEUE_FILE, RAISE_LINE, T, nilo_job, rows_of
 from tests.helpers.cli_ops_queue import URL_ENV, Mail, make
@@ -140,6 +141,7 @@ def test_show_tells_a_rows_whole_story(
         'payload      {"to":"a@example.com","fail":true}\n'
         "key          -\n"
         "attempts     1\n"
+        "snoozes      0\n"
         f"pushed       {utc_exact(dead.pushed_at)}\n"
         "due          2023-11-14 22:13:20.000000 UTC\n"
         "started      2023-11-14 22:13:20.000000 UTC\n"
@@ -171,6 +173,7 @@ def test_show_tells_a_rows_whole_story(
         'payload      {"text":"hi"}\n'
         "key          -\n"
         "attempts     1\n"
+        "snoozes      -\n"  # a done row's history does not keep it
         f"pushed       {utc_exact(finished.pushed_at)}\n"
         "due          2023-11-14 22:13:22.000000 UTC\n"
         f"started      {utc_exact(finished.started_at)}\n"  # the run's real length before the end
@@ -208,6 +211,8 @@ def test_show_tells_a_rows_whole_story(
         "traceback": None,
         "result": {"noted": "hi"},
         "unreadable": None,
+        "payload_cut": False,
+        "snoozes": None,
     }
 
     done = nilo_job("show", target, "99")
@@ -252,3 +257,34 @@ def test_text_from_a_row_is_printed_escaped_and_json_exact(url: str) -> None:
     exact = json.loads(nilo_job("show", url, "1", "--json").stdout)
     assert exact["message"] == "550 " + HOSTILE
     assert exact["payload"]["to"] == HOSTILE
+
+
+@dataclasses.dataclass
+class Snoozy:
+    """Snoozes every time for a minute."""
+
+    nilo_job = "ops-snoozy"
+    retry = job.Retry.NONE
+
+    def run(self) -> None:
+        raise job.Snooze(ms=60_000)
+
+
+def test_show_tells_how_many_times_a_row_snoozed(url: str) -> None:
+    async def go() -> None:
+        store = job.Table(url)
+        try:
+            await store.create_missing()
+            jobs = job.Jobs(kinds=[Snoozy], store=store)
+            assert await jobs.push(Snoozy(), at=T) == 1
+            assert await jobs.drain_at(T) == 1
+            assert await jobs.drain_at(T + 60_000_000) == 1
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+    done = nilo_job("show", url, "1")
+    assert done.exit_code == 0
+    assert "\nattempts     0\nsnoozes      2\n" in done.stdout
+    assert "\ndue          2023-11-14 22:15:20.000000 UTC\n" in done.stdout
+    assert json.loads(nilo_job("show", url, "1", "--json").stdout)["snoozes"] == 2

@@ -1,7 +1,9 @@
 """The `nilo-job dashboard` command: it serves the dashboard of a `module:attr` queue until stopped,
-and refuses a secret too short. The browser drives the dashboard in
+says who may read it, answers only the Host names it was given, and refuses a secret too short
+or a host name it cannot read. The browser drives the dashboard in
 tests/dashboard/test_browser.py."""
 
+import contextlib
 import os
 import queue
 import re
@@ -9,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -65,11 +68,14 @@ def nilo_job_command(*args: str) -> list[str]:
     return [sys.executable, "-c", "from nilo_job.cli import main; main()", *args]
 
 
-def test_the_command_serves_the_dashboard(queue_module: dict[str, str], tmp_path: Path) -> None:
-    command = nilo_job_command(
-        "dashboard", "dash_queue:jobs", "--port", "0", "--secret-env", "OPS_SECRET"
-    )
-    env = {**queue_module, "OPS_SECRET": SECRET}
+@contextlib.contextmanager
+def serving(
+    tmp_path: Path, env: dict[str, str], *args: str
+) -> Iterator[tuple[str, str, queue.Queue[str]]]:
+    """`nilo-job dashboard dash_queue:jobs --port 0 ARGS` running: the first line it printed,
+    the base URL in it, and the lines it prints after. Stopped with SIGINT, which must end it
+    with status 0."""
+    command = nilo_job_command("dashboard", "dash_queue:jobs", "--port", "0", *args)
     lines: queue.Queue[str] = queue.Queue()
     with subprocess.Popen(
         command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
@@ -80,41 +86,108 @@ def test_the_command_serves_the_dashboard(queue_module: dict[str, str], tmp_path
         reader.start()
         try:
             first = lines.get(timeout=60)
-            found = re.fullmatch(
-                r"nilo-job dashboard on (http://127\.0\.0\.1:\d+)/ \(log in with \$OPS_SECRET "
-                r"to act on rows\)\n",
-                first,
-            )
+            found = re.match(r"nilo-job dashboard on (http://127\.0\.0\.1:\d+)/ ", first)
             assert found is not None, first
-            base = found.group(1)
-            with httpx.Client(base_url=base, timeout=30) as http:
-                assert counts(http.get("/").text) == {
-                    "queued": 0,
-                    "running": 0,
-                    "dead": 1,
-                    "done": 0,
-                }
-                answer = http.post("/login", data={"secret": SECRET}, headers={"origin": base})
-                assert answer.status_code == 303
-                page = http.get("/").text
-                (row,) = re.findall(r'id="retry-(\d+)"', page)
-                answer = http.post(
-                    f"/rows/{row}/retry", data={"csrf": csrf(page)}, headers={"origin": base}
-                )
-                assert answer.status_code == 303
-                assert counts(http.get("/").text) == {
-                    "queued": 1,
-                    "running": 0,
-                    "dead": 0,
-                    "done": 0,
-                }
+            yield first, found.group(1), lines
         finally:
             proc.send_signal(signal.SIGINT)
-            code = proc.wait(timeout=30)
+            try:
+                code = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
             reader.join(timeout=30)
+    assert code == 0, "".join(lines.get_nowait() for _ in range(lines.qsize()))
+
+
+def test_the_command_serves_the_dashboard(queue_module: dict[str, str], tmp_path: Path) -> None:
+    env = {**queue_module, "OPS_SECRET": SECRET}
+    with serving(tmp_path, env, "--secret-env", "OPS_SECRET") as (first, base, lines):
+        port = base.rsplit(":", 1)[1]
+        assert first == (
+            f"nilo-job dashboard on http://127.0.0.1:{port}/ (pages and actions need a login "
+            "with $OPS_SECRET)\n"
+        )
+        with httpx.Client(base_url=base, timeout=30) as http:
+            # Not logged in: the login form, and nothing of the table.
+            anonymous = http.get("/")
+            assert anonymous.status_code == 401
+            assert 'id="login-form"' in anonymous.text
+            assert ("ValueError" in anonymous.text, 'id="count-dead"' in anonymous.text) == (
+                False,
+                False,
+            )
+            answer = http.post("/login", data={"secret": SECRET}, headers={"origin": base})
+            assert answer.status_code == 303
+            page = http.get("/").text
+            assert counts(page) == {"queued": 0, "running": 0, "dead": 1, "done": 0}
+            (row,) = re.findall(r'id="retry-(\d+)"', page)
+            answer = http.post(
+                f"/rows/{row}/retry", data={"csrf": csrf(page)}, headers={"origin": base}
+            )
+            assert answer.status_code == 303
+            assert counts(http.get("/").text) == {"queued": 1, "running": 0, "dead": 0, "done": 0}
     rest = "".join(lines.get_nowait() for _ in range(lines.qsize()))
-    assert code == 0, rest
     assert re.fullmatch(r"[\d :,-]+ INFO nilo_job: dashboard: row 1 queued again\n", rest), rest
+
+
+def test_without_a_secret_it_reads_for_this_machine_and_answers_only_its_names(
+    queue_module: dict[str, str], tmp_path: Path
+) -> None:
+    with serving(tmp_path, queue_module, "--allow-host", "Ops.Example.COM") as (first, base, _):
+        port = base.rsplit(":", 1)[1]
+        assert first == (
+            f"nilo-job dashboard on http://127.0.0.1:{port}/ (read-only, for clients on this "
+            "machine only; set $NILO_DASHBOARD_SECRET to let others log in)\n"
+        )
+        with httpx.Client(base_url=base, timeout=30) as http:
+            named = {
+                host: http.get("/", headers={"host": host})
+                for host in (
+                    f"127.0.0.1:{port}",
+                    f"localhost:{port}",
+                    f"[::1]:{port}",
+                    "ops.example.com",
+                    f"evil.example:{port}",
+                    "evil.example",
+                    f"127.0.0.1.evil.example:{port}",
+                )
+            }
+    assert {host: answer.status_code for host, answer in named.items()} == {
+        f"127.0.0.1:{port}": 200,
+        f"localhost:{port}": 200,
+        f"[::1]:{port}": 200,
+        "ops.example.com": 200,
+        f"evil.example:{port}": 400,
+        "evil.example": 400,
+        f"127.0.0.1.evil.example:{port}": 400,
+    }
+    assert counts(named[f"127.0.0.1:{port}"].text)["dead"] == 1
+    refused = named["evil.example"]
+    assert refused.text == (
+        "refused: this dashboard answers to the names 127.0.0.1, ::1, localhost, "
+        "ops.example.com, not to the Host 'evil.example'; to open it under another name, allow "
+        "that name (--allow-host NAME for the command, hosts=[...] for dashboard_app)"
+    )
+    assert "ValueError" not in refused.text
+
+
+def test_the_command_refuses_a_host_name_it_cannot_read(
+    queue_module: dict[str, str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        nilo_job_command("dashboard", "dash_queue:jobs", "--allow-host", "ops.example.com:8900"),
+        cwd=tmp_path,
+        env=queue_module,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        "Error: Invalid value for '--allow-host': 'ops.example.com:8900' is not a host name; give "
+        "one name or address, without a port (ops.example.com, 10.0.0.5, ::1)\n"
+    )
 
 
 def test_the_command_refuses_a_short_secret(queue_module: dict[str, str], tmp_path: Path) -> None:

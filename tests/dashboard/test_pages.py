@@ -110,14 +110,16 @@ async def test_the_overview_shows_counts_rows_and_schedules(store: Store, t: int
     assert await jobs.drain_at(t) == 1
     later = await jobs.push(Mail(to="a@example.com"), at=t + 60 * S, unique="welcome:7")
     running = await jobs.push(Mail(to="b@example.com"), at=t)
-    (claimed,) = await store.claim(["mail"], t + S, t + 61 * S, 1)
+    (claimed,) = await store.claim(["mail"], t + S, t + 61 * S, 1, "web-7.internal:4242")
     assert claimed.id == running
     await store.push([NewRow("theirs", b"{}", t)])
     await jobs.seed_at(t)
 
     async with client(dashboard_app(jobs)) as http:
+        hidden = await http.get("/")
+    async with client(dashboard_app(jobs, payloads=True)) as http:
         answer = await http.get("/")
-    assert answer.status_code == 200
+    assert (hidden.status_code, answer.status_code) == (200, 200)
     page = answer.text
     assert counts(page) == {"queued": 4, "running": 1, "dead": 1, "done": 1}
     assert per_kind(page) == {
@@ -139,15 +141,22 @@ async def test_the_overview_shows_counts_rows_and_schedules(store: Store, t: int
     assert '<td class="n" id="count-dead"><a href="/rows?state=dead">1</a></td>' in page
     assert 'data-state="done"><a href="/rows?state=done&amp;kind=mail">1</a>' in page
     assert 'theirs <span class="rel">(not a kind of this queue)</span>' in page
-    row, kind, error, attempts, died = cells(page, dead)
-    assert [row, kind, attempts, died] == [str(dead), "mail", "1", utc(t)]
+    row, kind, error, attempts, died, payload = cells(page, dead)
+    assert [row, kind, attempts, died, payload] == [
+        str(dead), "mail", "1", utc(t), '{"to":"bad@example.com"}',
+    ]  # fmt: skip
     # The error's name (a link to the rows that failed with it), its message, and its
     # traceback folded away under "traceback".
     assert error.startswith("Rejected no such address tracebackTraceback (most recent call")
     assert error.endswith("Rejected: no such address&#10;")
     assert '<a href="/rows?state=dead&amp;kind=mail&amp;error=Rejected" class="error-link">' in page
-    assert cells(page, later) == [str(later), "mail", utc(t + 60 * S), "0", "", "welcome:7"]
-    assert cells(page, running) == [str(running), "mail", utc(t), "1", utc(t + 61 * S), ""]
+    assert cells(page, later) == [
+        str(later), "mail", utc(t + 60 * S), "0", "", "welcome:7", '{"to":"a@example.com"}',
+    ]  # fmt: skip
+    assert cells(page, running) == [
+        str(running), "mail", utc(t), "1", utc(t + 61 * S), "web-7.internal:4242",
+        '{"to":"b@example.com"}',
+    ]  # fmt: skip
     assert f'id="row-{done}"' not in page  # done rows are counted and charted, not listed here
     nightly = utc(Nightly.schedule.next(t))
     schedules = [
@@ -164,8 +173,14 @@ async def test_the_overview_shows_counts_rows_and_schedules(store: Store, t: int
     # Read-only: no forms at all, and it says so.
     assert "<form" not in page
     assert 'id="read-only"' in page
-    # Payloads are not shown unless asked for.
-    assert "bad@example.com" not in page
+    # Unless asked for, nothing a row carries of its users: the error's name only, no message
+    # or traceback, no unique key, no worker, no payload; the rest as above.
+    assert cells(hidden.text, dead) == [str(dead), "mail", "Rejected", "1", utc(t)]
+    assert cells(hidden.text, later) == [str(later), "mail", utc(t + 60 * S), "0", ""]
+    assert cells(hidden.text, running) == [str(running), "mail", utc(t), "1", utc(t + 61 * S)]
+    for secret in ("no such address", "Traceback", "welcome:7", "web-7.internal", "@example"):
+        assert secret not in hidden.text, secret
+    assert counts(hidden.text) == counts(page)
     # No refresh unless asked for.
     assert 'http-equiv="refresh"' not in page
 
@@ -363,25 +378,67 @@ async def test_the_overview_lists_ten_rows_of_a_state_and_links_to_the_rest(t: i
     assert listed(small) == rows[:2]
 
 
-async def test_a_store_that_cannot_be_read_is_a_503_that_says_why() -> None:
-    class Unreachable(job.Memory):
-        async def counts(self) -> dict[tuple[str, str], int]:
-            raise job.StoreUnavailable("PostgreSQL: connection refused")
+class Unreachable(job.Memory):
+    """A store that cannot be reached (`failure`), or that fails as no store should."""
 
-        async def find(self, *args: object) -> list[RowView]:
-            raise job.StoreUnavailable("PostgreSQL: connection refused")
+    failure: Exception = job.StoreUnavailable("cannot reach PostgreSQL at db.internal:5432")
 
-        async def row(self, row_id: int) -> RowView | None:
-            raise job.StoreUnavailable("PostgreSQL: connection refused")
+    async def counts(self) -> dict[tuple[str, str], int]:
+        raise self.failure
 
+    async def find(self, *args: object) -> list[RowView]:
+        raise self.failure
+
+    async def row(self, row_id: int) -> RowView | None:
+        raise self.failure
+
+
+async def test_a_store_that_cannot_be_read_is_a_503_that_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     jobs = job.Jobs(kinds=[Mail], store=Unreachable())
+    paths = ("/", "/rows?state=dead", "/rows/7")
+    caplog.set_level("WARNING", logger="nilo_job")
     async with client(dashboard_app(jobs)) as http:
-        answers = [await http.get(path) for path in ("/", "/rows?state=dead", "/rows/7")]
+        answers = [await http.get(path) for path in paths]
+    async with client(dashboard_app(jobs, secret=SECRET)) as http:
+        await login(http)
+        operator = [await http.get(path) for path in paths]
+    # A reader is told that it cannot, not where the store is; an operator is told why.
     problem = (
-        '<p class="problem" id="problem">The store cannot be read: PostgreSQL: connection '
-        "refused</p>"
+        '<p class="problem" id="problem">The store cannot be read; the server&#x27;s log says '
+        "why.</p>"
     )
     assert [(a.status_code, problem in a.text) for a in answers] == [(503, True)] * 3
+    assert all("db.internal" not in answer.text for answer in answers)
+    told = (
+        '<p class="problem" id="problem">The store cannot be read: StoreUnavailable: cannot '
+        "reach PostgreSQL at db.internal:5432</p>"
+    )
+    assert [(a.status_code, told in a.text) for a in operator] == [(503, True)] * 3
+    # A store that cannot be reached is expected: one WARNING line a page (seven, with the
+    # overview the login lands on), no traceback.
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        (
+            "WARNING",
+            "dashboard: the store cannot be read: cannot reach PostgreSQL at db.internal:5432",
+            None,
+        )
+    ] * 7
+    # Anything else is a bug: an ERROR with its traceback, and the same page.
+    caplog.clear()
+    broken = Unreachable()
+    broken.failure = KeyError("run_at")
+    async with client(dashboard_app(job.Jobs(kinds=[Mail], store=broken))) as http:
+        answer = await http.get("/rows/7")
+    assert (answer.status_code, problem in answer.text) == (503, True)
+    ((record,),) = [caplog.records]
+    assert (record.levelname, record.getMessage()) == (
+        "ERROR",
+        "dashboard: the store cannot be read: 'run_at'",
+    )
+    assert record.exc_info is not None
+    assert record.exc_info[0] is KeyError
     # The rows page claims no count it could not read.
     assert 'id="total"' not in answers[1].text
     assert (
@@ -392,7 +449,7 @@ async def test_a_store_that_cannot_be_read_is_a_503_that_says_why() -> None:
 
 async def test_headers_static_files_and_methods() -> None:
     jobs = job.Jobs(kinds=[Mail], store=job.Memory())
-    async with client(dashboard_app(jobs, secret=SECRET)) as http:
+    async with client(dashboard_app(jobs, secret=SECRET, public_reads=True)) as http:
         page = await http.get("/")
         css = await http.get("/static/dashboard.css")
         js = await http.get("/static/dashboard.js")
@@ -533,34 +590,53 @@ async def test_a_row_page_tells_the_whole_story(store: Store, t: int) -> None:
     worker = (await jobs.row(dead)).worker  # type: ignore[union-attr]
     assert worker is not None
     assert re.fullmatch(r".+:\d+", worker)
-    fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', page))
+    pushed = utc((await jobs.row(dead)).pushed_at)  # type: ignore[arg-type,union-attr]
+    fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', dead_shown))
     assert {name: text(value) for name, value in fields.items()} == {
         "kind": "mail",
         "state": "dead",
         "key": "–",
-        "pushed": utc((await jobs.row(dead)).pushed_at),  # type: ignore[arg-type,union-attr]
+        "pushed": pushed,
         "due": utc(t),
         "started": utc(t),
         "died": utc(t),
         "attempts": "1",
+        "snoozes": "0",
         "worker": worker,
     }
-    assert '<p class="error" id="error-name">Rejected</p>' in page
-    assert '<p class="message" id="message">no such address</p>' in page
-    trace = re.search(r'<pre class="trace" id="traceback">(.*?)</pre>', page, re.S)
+    assert '<p class="error" id="error-name">Rejected</p>' in dead_shown
+    assert '<p class="message" id="message">no such address</p>' in dead_shown
+    trace = re.search(r'<pre class="trace" id="traceback">(.*?)</pre>', dead_shown, re.S)
     assert trace is not None
     assert trace.group(1).startswith("Traceback (most recent call last):\n")
     assert trace.group(1).endswith("Rejected: no such address\n")
-    assert "bad@example.com" not in page
+    # Without payloads=True: the error's name, and no message, traceback, key, worker or
+    # payload; the page says what is hidden and how to show it.
+    hidden_fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', page))
+    assert {name: text(value) for name, value in hidden_fields.items()} == {
+        "kind": "mail",
+        "state": "dead",
+        "pushed": pushed,
+        "due": utc(t),
+        "started": utc(t),
+        "died": utc(t),
+        "attempts": "1",
+        "snoozes": "0",
+    }
+    assert '<section id="error"><h2>Last error</h2><p class="error" id="error-name">Rejected</p>' \
+        "</section>" in page  # fmt: skip
+    for hidden in ("no such address", "Traceback", worker, "bad@example.com"):
+        assert hidden not in page, hidden
     assert 'id="payload-hidden"' in page
     assert "<form" not in page  # read-only
     assert '<a href="/rows?state=dead&amp;kind=mail" id="back">' in page
-    done_fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', done_hidden))
+    done_fields = dict(re.findall(r'<dd id="f-(\w+)">(.*?)</dd>', done_shown))
     assert [text(done_fields[name]) for name in ("state", "key", "finished")] == [
         "done", "welcome:9", utc(t + 2 * S),
     ]  # fmt: skip
     assert re.fullmatch(r"\d+ ms", text(done_fields["took"]))  # the run's real length
     assert "ok@example.com" not in done_hidden  # neither payload nor result
+    assert "welcome:9" not in done_hidden
     assert (
         '<section id="payload"><h2>Payload</h2><code class="json">{&quot;to&quot;:<wbr>'
         "&quot;ok@example.com"
@@ -613,10 +689,11 @@ async def test_mounted_under_a_prefix(dead_one: tuple[job.Jobs, int]) -> None:
         assert '<script src="/ops/jobs/static/dashboard.js" defer></script>' in page
         assert '<form method="post" action="/ops/jobs/login" id="login-form">' in page
         assert '<a href="/ops/jobs/rows" id="nav-rows">' in page
-        assert f'<a href="/ops/jobs/rows/{row}">{row}</a>' in page
         answer = await http.post("/ops/jobs/login", data={"secret": SECRET}, headers=ORIGIN)
         assert "; Path=/ops/jobs/; " in answer.headers["set-cookie"]
-        token = csrf((await http.get("/ops/jobs/")).text)
+        page = (await http.get("/ops/jobs/")).text
+        assert f'<a href="/ops/jobs/rows/{row}">{row}</a>' in page
+        token = csrf(page)
         rows = (await http.get("/ops/jobs/rows?state=dead")).text
         assert '<form method="post" action="/ops/jobs/bulk" id="bulk" class="bulk">' in rows
         answer = await http.post(

@@ -461,6 +461,16 @@ def test_options_that_cannot_work_are_refused_in_a_sentence() -> None:
     assert retry == job.Retry(times=4, backoff=job.Exponential(from_ms=100, to_ms=800))
 
 
+def test_max_payload_bounds_a_tasks_arguments_and_a_larger_enqueue_writes_nothing() -> None:
+    tiny = TaskBackend("tiny", {"OPTIONS": {"max_payload": 64}})
+    before = jobs_for("default").sync.stats()
+    with pytest.raises(job.PayloadTooLarge, match=r"over the store's max_payload of 64 bytes;"):
+        tiny.enqueue(add, ("x" * 100, 1), {})
+    assert jobs_for("default").sync.stats() == before
+    with pytest.raises(job.Refusal, match=r"max_payload"):
+        TaskBackend("tiny", {"OPTIONS": {"max_payload": 0}}).enqueue(add, (1, 2), {})
+
+
 def test_a_row_naming_a_module_outside_the_project_does_not_import_it(
     worker: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:

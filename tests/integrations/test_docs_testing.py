@@ -50,8 +50,8 @@ def test_a_loud_drain_shows_the_runs_traceback_and_the_row_it_came_from(tmp_path
     assert "shop_jobs.py:26: in run\n" in done.stdout
     assert "E           ConnectionError: the mail provider is down\n" in done.stdout
     assert re.search(
-        r"^E           nilo-job: raised by the run of send-receipt row 1, attempt 1 of 3; the row is "
-        r"queued again for \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} UTC$",
+        r"^E           nilo-job: raised by the run of send-receipt row 1, attempt 1 of 3; the row "
+        r"is queued again for \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} UTC$",
         done.stdout,
         flags=re.MULTILINE,
     ), done.stdout

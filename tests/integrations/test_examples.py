@@ -257,6 +257,7 @@ async def test_a_dead_welcome_is_listed_fixed_and_retried(web: Running) -> None:
         "payload": {"user_id": user},
         "died_at": t,
         "message": "550 no such domain: nowhere.invalid",
+        "payload_cut": False,
     }
     assert trace.startswith("Traceback (most recent call last):\n")
     assert trace.endswith("NoSuchAddress: 550 no such domain: nowhere.invalid\n")

@@ -294,7 +294,10 @@ async def test_a_row_too_deep_to_read_dies_as_bad_payload_and_the_next_runs(
     (dead,) = await jobs.dead_ones()
     assert (dead.id, dead.error) == (bad, "BadPayload")
     assert dead.message.startswith("its payload no longer fits Deep (RecursionError: ")
-    assert dead.payload == payload.decode()  # shown as the text it is
+    assert (dead.payload, dead.payload_cut) == (payload.decode()[:4096], True)  # its start
+    row = await jobs.row(bad)
+    assert row is not None
+    assert row.payload == payload.decode()  # whole, shown as the text it is
 
 
 # ------------------------------------------------------------- bad options, on every store
@@ -403,7 +406,7 @@ def test_a_postgresql_url_postgresql_cannot_read_is_refused_with_a_sentence() ->
     with pytest.raises(job.Refusal) as refused:
         job.Table("postgresql://me:secret@127.0.0.1:5432/x y")
     message = str(refused.value)
-    assert message.startswith("job.Table('postgresql://me:***@127.0.0.1:5432/x y') is not a")
+    assert message.startswith("job.Table('postgresql://me@127.0.0.1:5432/x y') is not a")
     assert "percent-encoded spaces (%20)" in message
     assert "secret" not in message
     assert repr(job.Table("postgresql://me:secret@db.example:6543/app")) == (

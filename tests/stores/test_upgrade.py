@@ -1,9 +1,9 @@
-"""A table made by an earlier nilo-job (version 1, before versions were recorded, and version 2)
-keeps every row through `create_missing()` / `nilo-job migrate`, in place, while workers of that
-version run.
+"""A table made by an earlier nilo-job (version 1, before versions were recorded, and versions
+2 and 3) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while workers
+of that version run.
 
 The older tables and their statements are the ones nilo-job shipped then
-(`tests/helpers/schema_v1/`, `tests/helpers/schema_v2/`), so "an old worker" here runs the old
+(`tests/helpers/schema_v1/`, `schema_v2/`, `schema_v3/`), so "an old worker" here runs the old
 statements for real against the upgraded table.
 """
 
@@ -16,7 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,8 @@ import nilo_job as job
 from tests.helpers import ROOT
 
 SCHEMAS = ROOT / "tests" / "helpers"
-"""Where `schema_v1/` and `schema_v2/` are: the tables and statements of those versions."""
+"""Where `schema_v1/`, `schema_v2/` and `schema_v3/` are: the tables and statements of those
+versions."""
 T = 1_700_000_000_000_000
 LEASE = 61_000_000
 
@@ -72,6 +73,30 @@ class Db:
             if statement.strip():
                 conn.execute(statement)
 
+    def push(self, conn: Any, payload: str) -> list[Any]:
+        """An old worker's push of a queued "mail" row due at T, without a unique key."""
+        if self.kind == "sqlite" and self.version == 3:
+            return self.run(
+                conn, "push", ("mail", payload, "queued", T, 0, None, None, None, None, None)
+            )
+        if self.kind == "sqlite":
+            return self.run(conn, "push", ("mail", payload, "queued", T, 0, None, None))
+        if self.version == 3:
+            return self.run(conn, "push", ("mail", payload, T, None))
+        return self.run(conn, "push", ("mail", payload, T))
+
+    def claim_params(self, limit: int) -> dict[str, Any]:
+        """An old worker's claim of "mail" rows at T + 1."""
+        params: dict[str, Any] = {
+            "now": T + 1,
+            "lease_until": T + LEASE,
+            "limit": limit,
+            "kinds": '["mail"]' if self.kind == "sqlite" else ["mail"],
+        }
+        if self.version == 3:
+            params["worker"] = None
+        return params
+
     def rows(self) -> list[tuple[Any, ...]]:
         """Every row, by id, in version 1's columns."""
         with self.connect() as conn:
@@ -99,9 +124,12 @@ ran: list[tuple[str, int]] = []
 
 
 @pytest.fixture(
-    params=[("sqlite", 1), ("sqlite", 2), ("postgres", 1), ("postgres", 2)],
-    ids=["sqlite-v1", "sqlite-v2", "postgres-v1", "postgres-v2"],
-)
+    params=[
+        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("postgres", 1), ("postgres", 2),
+        ("postgres", 3),
+    ],
+    ids=["sqlite-v1", "sqlite-v2", "sqlite-v3", "postgres-v1", "postgres-v2", "postgres-v3"],
+)  # fmt: skip
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     """An older table holding a row in every state."""
     store, version = request.param
@@ -116,8 +144,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
         found = Db("postgres", url, None, version)
     with found.connect() as conn:
         found.script(conn, "create")
-        if version == 2:
-            conn.execute(found.sql["set_version"], (2, 1))
+        if version >= 2:
+            conn.execute(found.sql["set_version"], (version, 1))
         columns = "kind, payload, state, run_at, lease_until, attempts, unique_key, error, detail"
         mark = "?" if found.kind == "sqlite" else "%s"
         insert = f"INSERT INTO nilo_jobs ({columns}, died_at) VALUES ({', '.join([mark] * 10)})"
@@ -145,7 +173,7 @@ async def test_an_older_table_is_refused_with_the_command_that_upgrades_it(db: D
         with pytest.raises(job.StoreUnavailable) as refused:
             await table.check()
         message = str(refused.value)
-        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 3"
+        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 4"
         assert said in message
         target = db.url if db.kind == "sqlite" else db.url.removeprefix("postgresql://postgres@")
         assert "run `nilo-job migrate " in message
@@ -166,6 +194,13 @@ async def test_the_upgrade_keeps_every_row_and_the_queue_runs_them(db: Db) -> No
         await table.create_missing()
         await table.check()
         assert db.rows() == before
+        with db.connect() as conn:
+            snoozes = conn.execute("SELECT id, snoozes FROM nilo_jobs ORDER BY id").fetchall()
+        assert [tuple(row) for row in snoozes] == [(n, 0) for n in range(1, 7)]
+        for n in range(1, 7):
+            kept = await jobs.row(n)
+            assert kept is not None
+            assert kept.snoozes == 0
         assert await jobs.stats() == (3, 2, 1)
         (dead,) = await jobs.dead_ones()
         assert (dead.error, dead.message, dead.traceback) == ("Rejected", "no such address", "")
@@ -197,7 +232,7 @@ def test_migrate_upgrades_and_says_so_and_again_changes_nothing(db: Db) -> None:
         assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(3, 1)]
+        assert [tuple(r) for r in recorded] == [(4, 1)]
 
 
 async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> None:
@@ -211,7 +246,7 @@ async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> Non
     assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(3, 1)]
+        assert [tuple(r) for r in recorded] == [(4, 1)]
 
 
 async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db: Db) -> None:
@@ -220,23 +255,10 @@ async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db
     await table.close()
     mark = "?" if db.kind == "sqlite" else "%s"
     with db.connect() as conn:
-        if db.kind == "sqlite":
-            pushed = db.run(conn, "push", ("mail", '{"to":"old@x"}', "queued", T, 0, None, None))
-            claim: Callable[[], list[Any]] = lambda: db.run(  # noqa: E731
-                conn,
-                "claim",
-                {"now": T + 1, "lease_until": T + LEASE, "limit": 1, "kinds": '["mail"]'},
-            )
-        else:
-            pushed = db.run(conn, "push", ("mail", '{"to":"old@x"}', T))
-            claim = lambda: db.run(  # noqa: E731
-                conn,
-                "claim",
-                {"now": T + 1, "lease_until": T + LEASE, "limit": 1, "kinds": ["mail"]},
-            )
+        pushed = db.push(conn, '{"to":"old@x"}')
         assert pushed
         assert pushed[0][0] > 0
-        claimed = claim()
+        claimed = db.run(conn, "claim", db.claim_params(1))
         assert [row[0] for row in claimed] == [1]  # the due row first, by run_at then id
         died = db.sql["died"]
         trace = (None,) if db.version == 1 else ("Traceback ...",)
@@ -253,22 +275,22 @@ async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db
         table = open_table(db)
         try:
             found = await job.Jobs(kinds=[Mail], store=table).row(claimed[0][0])
+            old = await job.Jobs(kinds=[Mail], store=table).row(pushed[0][0])
         finally:
             await table.close()
         assert found is not None
-        assert (found.state, found.error, found.pushed_at, found.worker) == (
-            "dead", "Boom", None, None
+        assert (found.state, found.error, found.pushed_at, found.worker, found.snoozes) == (
+            "dead", "Boom", None, None, 0
         )  # fmt: skip
+        assert old is not None
+        assert (old.state, old.snoozes) == ("queued", 0)  # pushed by the old worker: the default
 
 
 async def test_the_upgrade_under_load_loses_nothing(db: Db) -> None:
     """Old workers claim and finish rows while the table is upgraded beneath them."""
     with db.connect() as conn:
         for n in range(2_000):
-            if db.kind == "sqlite":
-                db.run(conn, "push", ("mail", f'{{"to":"{n}@x"}}', "queued", T, 0, None, None))
-            else:
-                db.run(conn, "push", ("mail", f'{{"to":"{n}@x"}}', T))
+            db.push(conn, f'{{"to":"{n}@x"}}')
     errors: list[BaseException] = []
     finished: list[int] = []
     stop = threading.Event()
@@ -277,12 +299,7 @@ async def test_the_upgrade_under_load_loses_nothing(db: Db) -> None:
         try:
             with db.connect() as conn:
                 while not stop.is_set():
-                    params: dict[str, Any] = {
-                        "now": T + 1,
-                        "lease_until": T + LEASE,
-                        "limit": 5,
-                        "kinds": '["mail"]' if db.kind == "sqlite" else ["mail"],
-                    }
+                    params = db.claim_params(5)
                     if db.kind == "sqlite":
                         conn.execute("BEGIN IMMEDIATE")
                         rows = conn.execute(db.sql["claim"], params).fetchall()

@@ -27,9 +27,11 @@ EXPORTS = {
     "RedisSpace",
     "Refusal",
     "Retry",
+    "RetryIn",
     "Row",
     "Run",
     "Schedule",
+    "Snooze",
     "Space",
     "State",
     "Stats",
@@ -84,7 +86,8 @@ def test_value_fields_are_the_documented_ones() -> None:
     assert names(job.Stats) == ["queued", "running", "dead", "done"]
     assert names(job.Status) == ["state", "attempts", "progress"]
     assert names(job.Dead) == [
-        "id", "kind", "error", "attempts", "payload", "died_at", "message", "traceback"
+        "id", "kind", "error", "attempts", "payload", "died_at", "message", "traceback",
+        "payload_cut",
     ]  # fmt: skip
     assert names(job.Tick) == ["id", "attempts", "run_at", "last"]
     assert names(job.Where) == ["state", "kind", "error", "key", "ids"]
@@ -92,7 +95,7 @@ def test_value_fields_are_the_documented_ones() -> None:
     assert names(job.Row) == [
         "id", "kind", "state", "payload", "attempts", "run_at", "unique_key", "pushed_at",
         "started_at", "finished_at", "died_at", "lease_until", "worker", "error", "message",
-        "traceback", "result", "unreadable",
+        "traceback", "result", "unreadable", "payload_cut", "snoozes",
     ]  # fmt: skip
 
 
@@ -113,6 +116,26 @@ def test_stats_read_by_attribute_and_equal_to_the_plain_tuple() -> None:
 )
 def test_the_queue_errors_share_one_root(error: type[Exception]) -> None:
     assert issubclass(error, job.JobError)
+
+
+def test_payload_too_large_is_also_a_refusal() -> None:
+    assert issubclass(job.PayloadTooLarge, job.Refusal)
+    assert not issubclass(job.QueueFull, job.Refusal)
+
+
+@pytest.mark.parametrize(("word", "text"), [(job.Snooze, "snooze for"), (job.RetryIn, "retry in")])
+def test_snooze_and_retry_in_are_exceptions_a_run_raises_not_queue_errors(
+    word: type[job.Snooze] | type[job.RetryIn], text: str
+) -> None:
+    import pickle
+
+    assert issubclass(word, Exception)
+    assert not issubclass(word, job.JobError)
+    assert word.__module__ == "nilo_job"
+    said = word(ms=60_000)
+    assert (said.ms, str(said)) == (60_000, f"{text} 60,000 ms")
+    again = pickle.loads(pickle.dumps(said))
+    assert (type(again), again.ms) == (word, 60_000)
 
 
 def test_state_is_a_str_enum_of_the_four_states() -> None:

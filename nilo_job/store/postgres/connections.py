@@ -39,9 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import logging
 import math
 import os
+import re
+import shlex
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,6 +57,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import StoreUnavailable
 from .. import _schema
+from .._target import scrubbed, shown
 from .bounds import ANSWER_MS, ROWS_PER_BOUND, Deadline, bound_s, lost, shut, with_timeout
 from .pooler import (
     WORK_LOCAL,
@@ -97,14 +101,9 @@ once and used again."""
 
 
 def where(conninfo: str) -> str:
-    """`host:port/dbname` of a connection string, for sentences (never its password); the
-    string itself, cut, when it cannot be read."""
-    try:
-        shown = conninfo_to_dict(conninfo)
-    except psycopg.Error:
-        return conninfo.split("@")[-1][:80]
-    port = f":{shown['port']}" if shown.get("port") else ""
-    return f"{shown.get('host', '')}{port}/{shown.get('dbname', '')}"
+    """`host:port/dbname` of a connection string, for sentences: never its password (see
+    `_target.shown`)."""
+    return shown(conninfo, place=True)
 
 
 class Connections:
@@ -218,18 +217,24 @@ class Connections:
                 "runs its statements"
             )
 
-    def unavailable(self, error: Exception) -> StoreUnavailable:
-        """`error` from the driver as the store's error, with a sentence."""
+    def unavailable(self, error: Exception, conninfo: str | None = None) -> StoreUnavailable:
+        """`error` from the driver, met on the store's server (or on `conninfo`'s), as the
+        store's error, with a sentence that holds none of the connection string's secrets."""
+        target = self.conninfo if conninfo is None else conninfo
+        at = self.where if conninfo is None else where(conninfo)
         if isinstance(error, errors.UndefinedTable):
-            return _schema.no_table(self.where, self.target)
+            return _schema.no_table(at, self.target)
         if isinstance(error, errors.UndefinedColumn):
-            return _schema.older(self.where, self.target, "1 or another older one")
+            return _schema.older(at, self.target, "1 or another older one")
         if isinstance(error, PoolTimeout):
             return StoreUnavailable(
-                f"PostgreSQL at {self.where}: no connection could be had within "
-                f"{self.timeout_s:g} s ({error})"
+                f"PostgreSQL at {at}: no connection could be had within "
+                f"{self.timeout_s:g} s ({scrubbed(str(error), target)})"
             )
-        return StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {error}")
+        refused = login_refused(error, target, at)
+        if refused is not None:
+            return refused
+        return StoreUnavailable(f"cannot reach PostgreSQL at {at}: {scrubbed(str(error), target)}")
 
     async def connect(
         self, conninfo: str | None = None, **options: Any
@@ -238,7 +243,7 @@ class Connections:
         connect timeout.
 
         Raises:
-            StoreUnavailable: the server cannot be reached in time.
+            StoreUnavailable: the server cannot be reached in time, or refused the login.
         """
         at = self.where if conninfo is None else where(conninfo)
         try:
@@ -251,9 +256,7 @@ class Connections:
                 f"cannot reach PostgreSQL at {at}: no answer within {self.timeout_s:g} s"
             ) from error
         except DOWN as error:
-            if conninfo is not None:
-                raise StoreUnavailable(f"cannot reach PostgreSQL at {at}: {error}") from error
-            raise self.unavailable(error) from error
+            raise self.unavailable(error, conninfo) from error
 
     async def get_pool(self, *, work: bool = False) -> AsyncConnectionPool[Any]:
         """The ordinary pool, or (`work`) the workers' own (the application's pool, when the
@@ -520,6 +523,86 @@ class Connections:
                 raise  # this close() itself is being cancelled
         for conn in idle:
             await conn.close()
+
+
+REFUSED = {
+    "database": re.compile(r'database "(?P<name>[^"]*)" does not exist'),
+    "role": re.compile(r'role "(?P<name>[^"]*)" does not exist'),
+    "password": re.compile(
+        r'(?:password|SASL) authentication failed(?: for user "(?P<name>[^"]*)")?'
+    ),
+    "address": re.compile(r"no pg_hba\.conf entry for .*"),
+}
+"""What a server says when it refuses a login, in its own words (a failed connection carries
+no SQLSTATE in psycopg, only the server's message): 3D000 invalid_catalog_name, 28000
+invalid_authorization_specification (no such role; no pg_hba.conf line), 28P01
+invalid_password (also PgBouncer's words for a wrong password)."""
+
+STATES = {"3D000": "database", "28P01": "password"}
+
+
+def login_refused(error: BaseException, conninfo: str, at: str) -> StoreUnavailable | None:
+    """The sentence for a server that answered and refused to let `conninfo` in, at `at`
+    (`host:port/dbname`): its database or role does not exist, its password is wrong, or no
+    pg_hba.conf line lets it in; it names the database or the role (never the password) and
+    says what to do. None for any other error.
+    """
+    text = str(error)
+    try:
+        read = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        read = {}
+    user = str(read.get("user") or os.environ.get("PGUSER") or _os_user())
+    dbname = str(read.get("dbname") or os.environ.get("PGDATABASE") or user)
+    found = {why: pattern.search(text) for why, pattern in REFUSED.items()}
+    why = STATES.get(getattr(error, "sqlstate", None) or "") or next(
+        (why for why, match in found.items() if match is not None), None
+    )
+    match = found.get(why or "")
+    name = match.groupdict().get("name") if match is not None else None
+    if why == "database":
+        name = name or dbname
+        said = (
+            f'PostgreSQL at {at} has no database "{name}": create it (CREATE DATABASE '
+            f"{_ident(name)}, or `createdb {shlex.quote(name)}` on that server), or name one "
+            "that exists in the URL"
+        )
+    elif why == "role":
+        name = name or user
+        said = (
+            f'PostgreSQL at {at} has no role "{name}": create it (CREATE ROLE {_ident(name)} '
+            f"LOGIN PASSWORD '…', or `createuser --pwprompt {shlex.quote(name)}` on that "
+            "server), or name a role that exists in the URL"
+        )
+    elif why == "password":
+        name = name or user
+        said = (
+            f'PostgreSQL at {at} refused the password of role "{name}": check the password '
+            "given in the URL (or PGPASSWORD, or ~/.pgpass), or set the role's with ALTER ROLE "
+            f"{_ident(name)} PASSWORD '…'"
+        )
+    elif why == "address" and match is not None:
+        said = (
+            f'PostgreSQL at {at} lets role "{user}" in to database "{dbname}" from no address '
+            f"of this host ({match.group(0).strip()}): add a line for it to pg_hba.conf and "
+            "reload the server (SELECT pg_reload_conf()), or connect from a host it lets in"
+        )
+    else:
+        return None
+    return StoreUnavailable(scrubbed(said, conninfo))
+
+
+def _os_user() -> str:
+    """The name of this process's user, which libpq takes for a role not given."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "?"
+
+
+def _ident(name: str) -> str:
+    """`name` as an SQL identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 class Busy:

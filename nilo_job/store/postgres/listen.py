@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 from ..._errors import StoreUnavailable
+from .._target import scrubbed
 from .bounds import Deadline
 from .connections import DOWN, Connections
 
@@ -72,7 +73,10 @@ async def listen(connections: Connections, wake: Callable[[int | None], None]) -
         except (*DOWN, StoreUnavailable) as error:
             if connections.listening_where() is None:
                 continue  # a pooler was found in between: its connection was shut
-            log.warning("listening for pushes failed (%s); listening again in %.2f s", error, pause)
+            said_error = scrubbed(str(error), connections.listen_to or connections.conninfo)
+            log.warning(
+                "listening for pushes failed (%s); listening again in %.2f s", said_error, pause
+            )
             await asyncio.sleep(pause)
             pause = min(pause * 2, 5.0)
 

@@ -39,6 +39,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ..._errors import Refusal
+from .._target import scrubbed, shown
 
 POOLER = "nilo_pooler"
 LISTEN_URL = "nilo_listen_url"
@@ -95,15 +96,17 @@ def read_pooler(url: str, pooler: bool | None, listen_url: str | None) -> Pooler
         if not isinstance(listen_url, str) or not listen_url.startswith(
             ("postgresql://", "postgres://")
         ):
+            said = repr(shown(listen_url)) if isinstance(listen_url, str) else shown(listen_url)
             raise Refusal(
-                f"listen_url={listen_url!r}: pass the direct 'postgresql://user@host/db' of the "
+                f"listen_url={said}: pass the direct 'postgresql://user@host/db' of the "
                 "server (not the pooler's)"
             )
         try:
             conninfo_to_dict(listen_url)
         except psycopg.ProgrammingError as error:
             raise Refusal(
-                f"listen_url is not a connection string PostgreSQL reads: {str(error).strip()}"
+                f"listen_url={shown(listen_url)!r} is not a connection string PostgreSQL reads: "
+                f"{scrubbed(str(error).strip(), listen_url)}"
             ) from None
     return Pooler(conninfo, pooler, listen_url)
 

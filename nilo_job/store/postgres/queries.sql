@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     traceback   text,                               -- the last failure's traceback (version 2)
     pushed_at   bigint,                             -- µs, when pushed (version 3)
     started_at  bigint,                             -- µs, the last attempt's claim (version 3)
-    worker      text                                -- host:pid that claimed it (version 3)
+    worker      text,                               -- host:pid that claimed it (version 3)
+    snoozes     integer NOT NULL DEFAULT 0          -- times its runs snoozed (version 4)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
     WHERE unique_key IS NOT NULL;
@@ -68,6 +69,11 @@ ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS traceback text;
 ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS pushed_at bigint;
 ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS started_at bigint;
 ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS worker text;
+
+-- name: upgrade_to_4
+-- Version 4 counts each row's snoozes. A constant default: PostgreSQL keeps it in the catalog,
+-- rewriting no row. An older nilo-job never names the column, and its inserts get the default.
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS snoozes integer NOT NULL DEFAULT 0;
 
 -- name: has_version
 SELECT count(*) FROM information_schema.tables
@@ -159,7 +165,24 @@ UPDATE nilo_jobs AS job
 SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
     started_at = %(now)s, worker = %(worker)s
 FROM picked WHERE job.id = picked.id
-RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key;
+RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
+          job.snoozes;
+
+-- name: lock_kind
+-- A claim of a kind with a concurrency limit takes this lock first, until its transaction ends:
+-- claims of one limited kind, in every process, then count and claim one after the other. The
+-- key is a namespace of nilo-job's and a hash of the kind's name (two kinds whose names hash
+-- alike only wait for each other). A transaction's lock: it works behind a pooler in
+-- transaction mode too.
+SELECT pg_advisory_xact_lock(hashtext('nilo_jobs concurrency'), hashtext(%(kind)s));
+
+-- name: running
+-- How many rows of one kind run under a live lease (one that ends after the claim's now): what
+-- its concurrency limit counts. A statement of its own after `lock_kind`, so that its snapshot,
+-- taken once the lock is held, sees what the claim before it committed. It walks
+-- `nilo_jobs_lease` from now on.
+SELECT count(*) FROM nilo_jobs
+WHERE state = 'running' AND lease_until > %(now)s AND kind = %(kind)s;
 
 -- name: done
 -- A running row is asked for as neither queued nor dead, here and in every end below: the
@@ -231,6 +254,12 @@ SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1, 
     worker = NULL
 WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
 
+-- name: snoozed
+UPDATE nilo_jobs
+SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1,
+    snoozes = snoozes + 1, unique_key = CASE WHEN %s THEN NULL ELSE unique_key END
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+
 -- name: release_key
 UPDATE nilo_jobs SET unique_key = NULL
 WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s
@@ -241,7 +270,7 @@ DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
 
 -- name: holding
 SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
-       detail, traceback, pushed_at, started_at, NULL::bigint, worker, NULL::text
+       detail, traceback, pushed_at, started_at, NULL::bigint, worker, NULL::text, snoozes
 FROM nilo_jobs
 WHERE unique_key = %(key)s AND kind = ANY(%(kinds)s)
 ORDER BY kind;
@@ -258,32 +287,34 @@ SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
        (SELECT count(*) FROM nilo_jobs_done);
 
 -- name: dead_ones
-SELECT id, kind, error, attempts, payload::text, died_at, detail, traceback FROM nilo_jobs
+-- Each payload's start only, its first LISTED_CHARS + 1 characters (contract.listed).
+SELECT id, kind, error, attempts, left(payload::text, %s), died_at, detail, traceback
+FROM nilo_jobs
 WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
 
 -- name: retry_dead
 WITH again AS (
     UPDATE nilo_jobs
     SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-        died_at = NULL, started_at = NULL, worker = NULL
+        died_at = NULL, started_at = NULL, worker = NULL, snoozes = 0
     WHERE id = %s AND state = 'dead'
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', run_at::text) FROM again;
 
 -- name: row
 SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
-       detail, traceback, pushed_at, started_at, NULL::bigint, worker, NULL::text
+       detail, traceback, pushed_at, started_at, NULL::bigint, worker, NULL::text, snoozes
 FROM nilo_jobs WHERE id = %(id)s
 UNION ALL
 SELECT id, kind, 'done', payload::text, run_at, attempts, unique_key, NULL, error, NULL, detail,
-       NULL, pushed_at, started_at, finished_at, worker, result
+       NULL, pushed_at, started_at, finished_at, worker, result, NULL
 FROM nilo_jobs_done WHERE id = %(id)s;
 
 -- name: retry_many
 WITH again AS (
     UPDATE nilo_jobs
     SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-        died_at = NULL, started_at = NULL, worker = NULL
+        died_at = NULL, started_at = NULL, worker = NULL, snoozes = 0
     WHERE id = ANY(%s) AND state = 'dead'
     RETURNING id, run_at)
 SELECT id, CASE WHEN id = (SELECT min(id) FROM again)

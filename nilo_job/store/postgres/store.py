@@ -1,10 +1,12 @@
 """The PostgreSQL store: `job.Table("postgresql://…")` or `job.Table(pool)`, through psycopg 3.
 
 Any number of worker processes on any number of hosts share one table. The claim is one statement
-with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for; the unique index gives
-`unique` its verdict (`ON CONFLICT … DO NOTHING RETURNING`); every push sends `NOTIFY nilo_jobs`
-with the row's due time (never the payload), delivered when its transaction commits, and `watch`
-listens for it so idle workers in other processes start at once, or when the row falls due.
+with `FOR UPDATE SKIP LOCKED` that takes as many rows as it is asked for (kinds with a concurrency
+limit are counted and claimed in one transaction, each under an advisory lock of its own); the
+unique index gives `unique` its verdict (`ON CONFLICT … DO NOTHING RETURNING`); every push sends
+`NOTIFY nilo_jobs` with the row's due time (never the payload), delivered when its transaction
+commits, and `watch` listens for it so idle workers in other processes start at once, or when
+the row falls due.
 
 This module holds what each call sends and what it answers; the statements' parameters are
 built in `statements`, where each finds its connection (pools, the connections kept beside
@@ -13,7 +15,7 @@ them, forks) is `connections`, and the listener `listen`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -21,11 +23,26 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from ..._bounds import PAYLOAD_BYTES, whole
 from ..._errors import Refusal, is_int
+from ..._text import count_of
 from ..._types import Stats
 from .. import _schema
 from .._sql import count_statement, dead_row, find_statement, row_view, unwrap_django
-from ..contract import Claimed, DeadRow, Done, End, NewRow, RowView, Where, check_state
+from .._target import scrubbed, shown
+from ..contract import (
+    LISTED_CHARS,
+    MAX_PAYLOAD,
+    Claimed,
+    DeadRow,
+    Done,
+    End,
+    NewRow,
+    RowView,
+    Where,
+    check_state,
+    limited,
+)
 from .bounds import ANSWER_MS, MOST_ANSWER_MS
 from .connections import Connections, where
 from .listen import listen
@@ -76,10 +93,14 @@ class PostgresTable:
             and a second more when longer, or none when 0. The URL's own `connect_timeout`
             (else 10 s), `tcp_user_timeout` (else 30 s, or `answer_ms` when longer) and
             `keepalives*` (else on: 30 s idle, every 10 s, 3 probes) are kept as given.
+        max_payload: the largest payload one row may carry, in bytes of JSON (1 MiB by
+            default; from 1 to 1,000,000,000): the queue refuses a larger push with
+            `PayloadTooLarge`, before this store is called.
 
     Raises:
-        Refusal: `target` is neither, or `pooler` / `listen_url` / `answer_ms` / the URL's
-            `connect_timeout`, `tcp_user_timeout` or `keepalives*` cannot be used as given.
+        Refusal: `target` is neither, or `pooler` / `listen_url` / `answer_ms` /
+            `max_payload` / the URL's `connect_timeout`, `tcp_user_timeout` or `keepalives*`
+            cannot be used as given.
     """
 
     def __init__(
@@ -90,7 +111,10 @@ class PostgresTable:
         pooler: bool | None = None,
         listen_url: str | None = None,
         answer_ms: int = ANSWER_MS,
+        max_payload: int = MAX_PAYLOAD,
     ) -> None:
+        whole(max_payload, PAYLOAD_BYTES, "job.Table(..., max_payload={})", "max_payload")
+        self.max_payload = max_payload
         if not is_int(answer_ms, 100, MOST_ANSWER_MS):
             raise Refusal(
                 f"job.Table(..., answer_ms={answer_ms!r}): whole milliseconds, from 100 to "
@@ -102,8 +126,8 @@ class PostgresTable:
                 conninfo_to_dict(said.conninfo)
             except psycopg.ProgrammingError as error:
                 raise Refusal(
-                    f"job.Table({_hidden(target)!r}) is not a connection string PostgreSQL "
-                    f"reads: {str(error).strip()}"
+                    f"job.Table({shown(target)!r}) is not a connection string PostgreSQL "
+                    f"reads: {scrubbed(str(error).strip(), target)}"
                 ) from None
             self.conninfo = said.conninfo
             pool = None
@@ -115,7 +139,7 @@ class PostgresTable:
             pool = target
         else:
             raise Refusal(
-                f"job.Table({target!r}): pass 'postgresql://user@host/db' or a "
+                f"job.Table({shown(target)}): pass 'postgresql://user@host/db' or a "
                 "psycopg_pool.AsyncConnectionPool"
             )
         self.max_size = max_size
@@ -179,10 +203,11 @@ class PostgresTable:
         _schema.check(repr(self), self._target(), columns, recorded)
 
     def _target(self) -> str:
-        """The URL an operator passes to `nilo-job migrate`, its password hidden."""
+        """The URL an operator passes to `nilo-job migrate`, without its password (`shown`)."""
         if self.conninfo.startswith(("postgresql://", "postgres://")):
-            return _hidden(self.conninfo)
-        return f"postgresql://{where(self.conninfo)}"
+            return shown(self.conninfo)
+        user = conninfo_to_dict(self.conninfo).get("user")  # (a pool's keyword string)
+        return f"postgresql://{f'{user}@' if user else ''}{where(self.conninfo)}"
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -203,7 +228,7 @@ class PostgresTable:
         async def push(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
             return [await insert(conn, row) for row in rows]
 
-        return await self._connections.run(push, f"a push of {len(rows)} rows")
+        return await self._connections.run(push, f"a push of {count_of(len(rows), 'row')}")
 
     async def _push_bulk(self, rows: Sequence[NewRow]) -> list[int | None]:
         """Rows without unique keys in one statement, one NOTIFY for all of them.
@@ -225,7 +250,7 @@ class PostgresTable:
             return [*sorted(int(found[0]) for found in await cur.fetchall())]
 
         return await self._connections.run(
-            bulk, f"a push of {len(rows)} rows", transaction=False, rows=len(rows)
+            bulk, f"a push of {count_of(len(rows), 'row')}", transaction=False, rows=len(rows)
         )
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
@@ -284,7 +309,10 @@ class PostgresTable:
         lease_until_us: int,
         limit: int,
         worker: str | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
+        if limits:
+            return await self._claim_limited(kinds, now_us, lease_until_us, limit, worker, limits)
         params = {
             "now": now_us,
             "lease_until": lease_until_us,
@@ -296,11 +324,50 @@ class PostgresTable:
         async def claim(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
             await cur.execute(SQL["claim"], params)
             return [
-                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5]) for r in await cur.fetchall()
+                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6])
+                for r in await cur.fetchall()
             ]
 
         # serve's claims come one at a time: on the connection kept for them.
         claimed = await self._connections.kept_run(claim, "claim", "a claim")
+        claimed.sort(key=lambda row: (row.run_at, row.id))
+        return claimed
+
+    async def _claim_limited(
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None,
+        limits: Mapping[str, int],
+    ) -> list[Claimed]:
+        """`claim` with `limits`, in one transaction: for each limited kind, its lock
+        (`lock_kind`, held until the transaction ends), its live leases counted, then at most
+        its room claimed (the `claim` statement, for that kind alone); then the other kinds
+        with what is left. All of it, or nothing, is claimed."""
+        free, capped = limited(kinds, limits)
+        params = {"now": now_us, "lease_until": lease_until_us, "worker": worker}
+
+        async def claim(conn: psycopg.AsyncConnection[Any]) -> list[Claimed]:
+            taken: list[Claimed] = []
+            for kind, most in capped:
+                room = limit - len(taken)
+                if room <= 0:
+                    break
+                await conn.execute(SQL["lock_kind"], {"kind": kind})
+                cur = await conn.execute(SQL["running"], {"now": now_us, "kind": kind})
+                found = await cur.fetchone()
+                room = min(room, most - (found[0] if found is not None else 0))
+                if room > 0:
+                    some = {**params, "kinds": texts((kind,)), "limit": room}
+                    taken += await _claimed(await conn.execute(SQL["claim"], some))
+            if free and len(taken) < limit:
+                rest = {**params, "kinds": texts(tuple(free)), "limit": limit - len(taken)}
+                taken += await _claimed(await conn.execute(SQL["claim"], rest))
+            return taken
+
+        claimed = await self._connections.run(claim, "a claim", work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
         return claimed
 
@@ -374,7 +441,7 @@ class PostgresTable:
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
         async def dead(conn: psycopg.AsyncConnection[Any]) -> list[DeadRow]:
-            cur = await conn.execute(SQL["dead_ones"], (limit,))
+            cur = await conn.execute(SQL["dead_ones"], (LISTED_CHARS + 1, limit))  # `listed`
             return [dead_row(r) for r in await cur.fetchall()]
 
         return await self._connections.run(dead, "a read of dead rows", transaction=False)
@@ -406,13 +473,15 @@ class PostgresTable:
         return [
             r[0]
             for r in await self._all(
-                SQL["retry_many"], (now_us, list(ids)), what=f"a retry of {len(ids)} rows"
+                SQL["retry_many"],
+                (now_us, list(ids)),
+                what=f"a retry of {count_of(len(ids), 'row')}",
             )
         ]
 
     async def cancel_many(self, ids: Sequence[int]) -> list[int]:
         found = await self._all(
-            SQL["cancel_many"], (list(ids),), what=f"a cancel of {len(ids)} rows"
+            SQL["cancel_many"], (list(ids),), what=f"a cancel of {count_of(len(ids), 'row')}"
         )
         return [r[0] for r in found]
 
@@ -420,7 +489,9 @@ class PostgresTable:
         return [
             r[0]
             for r in await self._all(
-                SQL["delete_many"], {"ids": list(ids)}, what=f"a delete of {len(ids)} rows"
+                SQL["delete_many"],
+                {"ids": list(ids)},
+                what=f"a delete of {count_of(len(ids), 'row')}",
             )
         ]
 
@@ -484,15 +555,6 @@ def _ends(n: int) -> str:
     return "the end of a row" if n == 1 else f"a group of {n} ends"
 
 
-def _hidden(url: str) -> str:
-    """`url` with its password, if any, replaced by stars."""
-    head, at, tail = url.rpartition("@")
-    if not at or ":" not in head.split("//", 1)[-1]:
-        return url
-    user = head.rsplit(":", 1)[0]
-    return f"{user}:***@{tail}"
-
-
 def _check_in_transaction(status: pq.TransactionStatus, autocommit: bool, *, awaited: bool) -> None:
     if status == pq.TransactionStatus.INTRANS:
         return
@@ -519,3 +581,11 @@ def _sqlalchemy_push() -> Any:
     from sqlalchemy import text
 
     return text(SQL["push_sqlalchemy"])
+
+
+async def _claimed(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
+    """The rows a `claim` statement answered on `cur`."""
+    return [
+        Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6])
+        for r in await cur.fetchall()
+    ]

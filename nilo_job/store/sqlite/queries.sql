@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     traceback   TEXT,                               -- the last failure's traceback (version 2)
     pushed_at   INTEGER,                            -- µs, when pushed (version 3)
     started_at  INTEGER,                            -- µs, the last attempt's claim (version 3)
-    worker      TEXT                                -- host:pid that claimed it (version 3)
+    worker      TEXT,                               -- host:pid that claimed it (version 3)
+    snoozes     INTEGER NOT NULL DEFAULT 0          -- times its runs snoozed (version 4)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
     WHERE unique_key IS NOT NULL;
@@ -62,6 +63,11 @@ ALTER TABLE nilo_jobs ADD COLUMN traceback TEXT;
 ALTER TABLE nilo_jobs ADD COLUMN pushed_at INTEGER;
 ALTER TABLE nilo_jobs ADD COLUMN started_at INTEGER;
 ALTER TABLE nilo_jobs ADD COLUMN worker TEXT;
+
+-- name: upgrade_to_4
+-- Version 4 counts each row's snoozes. An older nilo-job never names the column, and its
+-- inserts get the default.
+ALTER TABLE nilo_jobs ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
 
 -- name: version
 SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
@@ -109,7 +115,14 @@ WHERE id IN (
             ORDER BY lease_until, id LIMIT :limit)
     )
     ORDER BY run_at, id LIMIT :limit)
-RETURNING id, kind, payload, attempts, run_at, unique_key;
+RETURNING id, kind, payload, attempts, run_at, unique_key, snoozes;
+
+-- name: running
+-- How many rows of one kind run under a live lease at :now: what a kind's concurrency limit
+-- counts, in the write transaction of the claim that takes the rest of its room (`claim`, for
+-- that kind alone). It walks `nilo_jobs_lease` from :now on.
+SELECT count(*) FROM nilo_jobs
+WHERE state = 'running' AND lease_until > :now AND +kind = :kind;
 
 -- name: done
 DELETE FROM nilo_jobs WHERE id = ? AND state = 'running' AND attempts = ?;
@@ -141,6 +154,12 @@ SET state = 'queued', run_at = ?, lease_until = NULL, attempts = attempts - 1, s
     worker = NULL
 WHERE id = ? AND state = 'running' AND attempts = ?;
 
+-- name: snoozed
+UPDATE nilo_jobs
+SET state = 'queued', run_at = ?, lease_until = NULL, attempts = attempts - 1,
+    snoozes = snoozes + 1, unique_key = CASE WHEN ? THEN NULL ELSE unique_key END
+WHERE id = ? AND state = 'running' AND attempts = ?;
+
 -- name: release_key
 UPDATE nilo_jobs SET unique_key = NULL
 WHERE id = ? AND state = 'running' AND attempts = ? AND unique_key IS NOT NULL;
@@ -150,7 +169,7 @@ DELETE FROM nilo_jobs WHERE id = ? AND state = 'queued';
 
 -- name: holding
 SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail,
-       traceback, pushed_at, started_at, NULL, worker, NULL
+       traceback, pushed_at, started_at, NULL, worker, NULL, snoozes
 FROM nilo_jobs
 WHERE unique_key = :key AND kind IN (SELECT value FROM json_each(:kinds))
 ORDER BY kind;
@@ -167,28 +186,33 @@ SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
        (SELECT count(*) FROM nilo_jobs_done);
 
 -- name: dead_ones
-SELECT id, kind, error, attempts, payload, died_at, detail, traceback FROM nilo_jobs
+-- Each payload's start only, its first LISTED_CHARS + 1 characters (contract.listed): a text
+-- or a BLOB is cut, a number another program stored stays itself, for dead_row to name.
+SELECT id, kind, error, attempts,
+       CASE WHEN typeof(payload) IN ('text', 'blob') THEN substr(payload, 1, ?) ELSE payload END,
+       died_at, detail, traceback
+FROM nilo_jobs
 WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT ?;
 
 -- name: retry_dead
 UPDATE nilo_jobs
 SET state = 'queued', run_at = ?, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-    died_at = NULL, started_at = NULL, worker = NULL
+    died_at = NULL, started_at = NULL, worker = NULL, snoozes = 0
 WHERE id = ? AND state = 'dead';
 
 -- name: row
 SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail,
-       traceback, pushed_at, started_at, NULL, worker, NULL
+       traceback, pushed_at, started_at, NULL, worker, NULL, snoozes
 FROM nilo_jobs WHERE id = :id
 UNION ALL
 SELECT id, kind, 'done', payload, run_at, attempts, unique_key, NULL, error, NULL, detail, NULL,
-       pushed_at, started_at, finished_at, worker, result
+       pushed_at, started_at, finished_at, worker, result, NULL
 FROM nilo_jobs_done WHERE id = :id;
 
 -- name: retry_many
 UPDATE nilo_jobs
 SET state = 'queued', run_at = ?, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
-    died_at = NULL, started_at = NULL, worker = NULL
+    died_at = NULL, started_at = NULL, worker = NULL, snoozes = 0
 WHERE id IN (SELECT value FROM json_each(?)) AND state = 'dead'
 RETURNING id;
 

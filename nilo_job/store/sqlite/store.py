@@ -5,8 +5,10 @@ process's lock (`connections`: the thread, its connections, WAL, the busy timeou
 forks), except a single push, which is written on the caller's thread when the write lock is
 free at once (one INSERT costs less than the hop to the thread); this module holds the
 statements and what they answer. A claim is one `UPDATE … RETURNING` that can take
-several rows. Several processes may share one file: the write lock serialises their claims, and
-a lost race is a wait, never a "database is locked" for you.
+several rows (with kinds that have a concurrency limit, one count and one such claim per
+limited kind come first, in the same write transaction). Several processes may share one file:
+the write lock serialises their claims, and a lost race is a wait, never a "database is locked"
+for you.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from ..._bounds import INT32_MAX, Span, whole
+from ..._bounds import INT32_MAX, PAYLOAD_BYTES, Span, whole
 from ..._errors import Refusal
 from ..._types import Stats
 from .. import _schema, _sql
@@ -32,7 +34,21 @@ from .._sql import (
     row_view,
     unwrap_django,
 )
-from ..contract import Claimed, DeadRow, Done, End, NewRow, Released, RowView, Where, check_state
+from .._target import shown
+from ..contract import (
+    LISTED_CHARS,
+    MAX_PAYLOAD,
+    Claimed,
+    DeadRow,
+    Done,
+    End,
+    NewRow,
+    Released,
+    RowView,
+    Where,
+    check_state,
+    limited,
+)
 from .connections import Connections
 from .wake import Signals, folder_of, listen
 
@@ -60,7 +76,8 @@ def path_from_url(url: str) -> str:
     rest = url.removeprefix("sqlite://")
     if not rest.startswith("/") or rest == "/":
         raise Refusal(
-            f"job.Table({url!r}): write sqlite:///relative/path.db or sqlite:////absolute/path.db"
+            f"job.Table({shown(url)!r}): write sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db"
         )
     return rest[1:].split("?", 1)[0]
 
@@ -76,13 +93,21 @@ class SqliteTable:
         synchronous: SQLite's `synchronous` pragma: "FULL" (the default) makes a committed push
             survive a power cut; "NORMAL" is faster in WAL mode and survives a crash of the
             process but may lose the last commits on a power cut.
+        max_payload: the largest payload one row may carry, in bytes of JSON (1 MiB by
+            default; from 1 to 1,000,000,000): the queue refuses a larger push with
+            `PayloadTooLarge`, before this store is called.
 
     Raises:
         Refusal: the SQLite library is older than 3.35, or a setting is out of range.
     """
 
     def __init__(
-        self, path: str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FULL"
+        self,
+        path: str,
+        *,
+        busy_timeout_ms: int = 10_000,
+        synchronous: str = "FULL",
+        max_payload: int = MAX_PAYLOAD,
     ) -> None:
         if sqlite3.sqlite_version_info < _MIN_VERSION:
             raise Refusal(
@@ -92,6 +117,8 @@ class SqliteTable:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise Refusal(f"synchronous={synchronous!r}: FULL, NORMAL or EXTRA")
         whole(busy_timeout_ms, BUSY_MS, "job.Table(..., busy_timeout_ms={})", "busy_timeout_ms")
+        whole(max_payload, PAYLOAD_BYTES, "job.Table(..., max_payload={})", "max_payload")
+        self.max_payload = max_payload
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.upper()
@@ -238,7 +265,10 @@ class SqliteTable:
         lease_until_us: int,
         limit: int,
         worker: str | None = None,
+        limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
+        if limits:
+            return await self._claim_limited(kinds, now_us, lease_until_us, limit, worker, limits)
         params = {
             "now": now_us,
             "lease_until": lease_until_us,
@@ -249,6 +279,38 @@ class SqliteTable:
 
         def claim(conn: sqlite3.Connection) -> list[Claimed]:
             return [claimed_row(r) for r in conn.execute(SQL["claim"], params).fetchall()]
+
+        claimed = await self._db.call(lambda conn: self._db.write(conn, claim), work=True)
+        claimed.sort(key=lambda row: (row.run_at, row.id))
+        return claimed
+
+    async def _claim_limited(
+        self,
+        kinds: Sequence[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None,
+        limits: Mapping[str, int],
+    ) -> list[Claimed]:
+        """`claim` with `limits`, in one write transaction, which no other claim shares: each
+        limited kind's live leases counted, then at most its room claimed (the `claim`
+        statement, for that kind alone), then the other kinds with what is left."""
+        free, capped = limited(kinds, limits)
+        params = {"now": now_us, "lease_until": lease_until_us, "worker": worker}
+
+        def claim(conn: sqlite3.Connection) -> list[Claimed]:
+            taken: list[Claimed] = []
+            for kind, most in capped:
+                (running,) = conn.execute(SQL["running"], {"now": now_us, "kind": kind}).fetchone()
+                room = min(limit - len(taken), most - running)
+                if room > 0:
+                    some = {**params, "kinds": json.dumps([kind]), "limit": room}
+                    taken += [claimed_row(r) for r in conn.execute(SQL["claim"], some).fetchall()]
+            if free and len(taken) < limit:
+                rest = {**params, "kinds": json.dumps(free), "limit": limit - len(taken)}
+                taken += [claimed_row(r) for r in conn.execute(SQL["claim"], rest).fetchall()]
+            return taken
 
         claimed = await self._db.call(lambda conn: self._db.write(conn, claim), work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
@@ -358,7 +420,8 @@ class SqliteTable:
         return Stats(row[0], row[1], row[2], row[3])
 
     async def dead_ones(self, limit: int) -> list[DeadRow]:
-        rows = await self._db.call(lambda conn: conn.execute(SQL["dead_ones"], (limit,)).fetchall())
+        params = (LISTED_CHARS + 1, limit)  # each payload's start (`listed`)
+        rows = await self._db.call(lambda conn: conn.execute(SQL["dead_ones"], params).fetchall())
         return [dead_row(r) for r in rows]
 
     async def rows(self, state: str, limit: int) -> list[RowView]:
