@@ -25,6 +25,7 @@ from .._bounds import MS, whole
 from .._clock import now_us
 from .._errors import Refusal
 from .._process import worker
+from .._text import count_of
 from ..store.contract import Claimed
 from .feed import Feed
 from .parts import Parts
@@ -123,7 +124,7 @@ class Server:
             helpers.append(asyncio.create_task(self.pruner.run()))
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(
-            "serving %s with %s%s", ", ".join(self.names), _count(self.workers, "worker"),
+            "serving %s with %s%s", ", ".join(self.names), count_of(self.workers, "worker"),
             f" ({', '.join(paused)} paused)" if paused else "",
         )  # fmt: skip
         try:
@@ -330,7 +331,7 @@ class Server:
         if feed.tasks:
             log.info(
                 "stopping: %s still running, waiting up to %d ms",
-                _count(len(feed.tasks), "row"),
+                count_of(len(feed.tasks), "row"),
                 grace_ms,
             )
         task = asyncio.current_task()
@@ -400,7 +401,7 @@ class Outage:
             log.warning(
                 "no claim has been answered for %.0f s, longer than the lease (%d ms): %s",
                 down_s, self.lease_ms,
-                f"the {_count(len(held), 'row')} this process holds ({shown}: running, or "
+                f"the {count_of(len(held), 'row')} this process holds ({shown}: running, or "
                 "run and their ends not yet written) may be taken and run again by another "
                 "worker meanwhile" if held else "this process holds no row",
                 extra={"error": name},
@@ -457,13 +458,8 @@ def _say_cut_short(
             parts.append(f"row {shown} {one}" if len(ids) == 1 else f"rows {shown} {many}")
     log.warning(
         "cancelled %s past the grace period (%d ms): %s",
-        _count(len(row_ids), "run"), grace_ms, "; ".join(parts),
+        count_of(len(row_ids), "run"), grace_ms, "; ".join(parts),
     )  # fmt: skip
-
-
-def _count(n: int, noun: str) -> str:
-    """`n` and `noun`, plural unless `n` is 1: "1 row", "3 rows"."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 AGAIN_S = 0.05  # how long `cancel_and_wait` gives a task before it cancels it once more
