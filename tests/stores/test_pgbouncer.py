@@ -460,11 +460,28 @@ async def test_a_pooler_hidden_from_that_look_is_found_at_its_first_prepared_sta
     errors = (
         r'prepared statement "_pg3_\d+" (already exists|does not exist)'
         r'|bind message supplies \d+ parameters, but prepared statement "_pg3_\d+" requires \d+'
+        r'|invalid byte sequence for encoding "UTF8": 0x00'
+        r"|incorrect binary data format in bind parameter \d+"
     )
     pattern = re.escape(_found(lenient_bouncer, "HOW")).replace("HOW", f"({errors})")
     assert re.fullmatch(pattern, warning), warning
     assert NOT_LISTENING.format(_where(lenient_bouncer)) in _said(caplog, logging.INFO)
     assert "cannot reach PostgreSQL" not in caplog.text
+
+
+def test_a_bind_read_under_another_clients_parameter_types_is_a_collision() -> None:
+    """A statement of the same name another client prepared with other parameter types reads
+    the bind's binary values as those types: the server's words are an encoding or binary format
+    error, before the statement runs."""
+    from nilo_job.store.postgres.pooler import collided
+
+    misread = 'invalid byte sequence for encoding "UTF8": 0x00'
+    assert collided(psycopg.errors.CharacterNotInRepertoire(misread))
+    binary = "incorrect binary data format in bind parameter 2"
+    assert collided(psycopg.errors.InvalidBinaryRepresentation(binary))
+    assert collided(psycopg.errors.DuplicatePreparedStatement('"_pg3_0" already exists'))
+    assert not collided(psycopg.errors.UniqueViolation("duplicate key value"))
+    assert not collided(psycopg.errors.ProtocolViolation("unexpected message type"))
 
 
 async def test_an_application_pool_not_said_to_be_behind_pgbouncer_is_lent_back_as_it_was(

@@ -145,14 +145,22 @@ async def through_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
     return found is not None and found[0] != conn.info.backend_pid
 
 
+MISREAD = frozenset({"22021", "22P03"})
+"""character_not_in_repertoire and invalid_binary_representation: a binary parameter read as
+another type, by a statement of the same name another client prepared with other types."""
+
+
 def collided(error: BaseException) -> bool:
     """Whether `error` is a statement psycopg prepared meeting a session a pooler lends to several
-    clients: another client's of the same name, none of that name (`COLLIDED`), or one whose
+    clients: another client's of the same name, none of that name (`COLLIDED`), one whose
     parameters are not the bind message's (08P01, `bind message supplies 5 parameters, but
-    prepared statement "_pg3_0" requires 4`). Each comes before the statement runs."""
+    prepared statement "_pg3_0" requires 4`), or one whose parameters have other types, so that
+    the bind's binary values are read as another type (`MISREAD`: `invalid byte sequence for
+    encoding "UTF8": 0x00`; psycopg never sends a NUL in text). Each comes before the statement
+    runs."""
     if not isinstance(error, psycopg.Error):
         return False
-    if error.sqlstate in COLLIDED:
+    if error.sqlstate in COLLIDED or error.sqlstate in MISREAD:
         return True
     return error.sqlstate == "08P01" and "prepared statement" in str(error)
 
