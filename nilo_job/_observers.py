@@ -4,15 +4,20 @@
 claim, and at each end (`Observers` holds a queue's observers and makes those calls). The core
 imports no metrics or tracing library: `nilo_job.metrics` (Prometheus, OpenTelemetry) is an
 observer like any other. With no observer the queue pays one empty-tuple check per event.
+
+`running` is handed the trace context the row's push recorded (`_tracing`), so that a tracing
+observer's run span continues the push's trace. An observer written before it had that
+argument, whose `running` takes (kind, tick) only, is still called so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._types import Tick
 from .store.contract import Claimed, NewRow
@@ -43,9 +48,10 @@ class Observer(Protocol):
         """A claim (by `serve` or a drain) took `rows` at `now_us` on the claim's clock, in
         `seconds` of wall time against the store."""
 
-    def running(self, kind: str, tick: Tick) -> AbstractContextManager[None]:
+    def running(self, kind: str, tick: Tick, trace: str | None) -> AbstractContextManager[None]:
         """Entered around the call of `run` for `tick`; a span made current here is the parent
-        of whatever the run traces."""
+        of whatever the run traces. `trace` is the W3C trace context the row's push recorded
+        (the JSON of a `traceparent` carrier), or None: see `nilo_job.metrics` for its use."""
 
     def ended(self, kind: str, outcome: Outcome, error: str | None, seconds: float) -> None:
         """A claimed row ended as `outcome`; `error` is the failure's class name, `seconds` the
@@ -74,10 +80,11 @@ class Observers:
         Refusal: (`add`) the observer lacks one of `Observer`'s methods.
     """
 
-    __slots__ = ("all",)
+    __slots__ = ("all", "traced")
 
     def __init__(self) -> None:
         self.all: tuple[Observer, ...] = ()
+        self.traced: tuple[bool, ...] = ()  # per observer: its `running` takes the trace
 
     def add(self, observer: object) -> None:
         if not isinstance(observer, Observer):
@@ -88,6 +95,7 @@ class Observers:
                 "ended; see nilo_job.metrics for one"
             )
         self.all = (*self.all, observer)
+        self.traced = (*self.traced, _takes_trace(observer))
 
     def pushing(self, kind: str) -> AbstractContextManager[None]:
         if not self.all:
@@ -105,11 +113,32 @@ class Observers:
         for observer in self.all:
             observer.claimed(rows, now_us, seconds)
 
-    def running(self, kind: str, tick: Tick) -> AbstractContextManager[None]:
+    def running(self, kind: str, tick: Tick, trace: str | None) -> AbstractContextManager[None]:
+        """Every observer's `running`; `trace` (the row's recorded trace context) goes to those
+        that take it."""
         if not self.all:
             return _NONE
-        return around([observer.running(kind, tick) for observer in self.all])
+        managers = []
+        for observer, traced in zip(self.all, self.traced, strict=True):
+            if traced:
+                managers.append(observer.running(kind, tick, trace))
+            else:
+                older: Any = observer  # its running(kind, tick) predates the trace
+                managers.append(older.running(kind, tick))
+        return around(managers)
 
     def ended(self, kind: str, outcome: Outcome, error: str | None, seconds: float) -> None:
         for observer in self.all:
             observer.ended(kind, outcome, error, seconds)
+
+
+def _takes_trace(observer: Observer) -> bool:
+    """Whether `observer.running` takes a third argument, the trace (one written before it had
+    that argument takes kind and tick only)."""
+    try:
+        inspect.signature(observer.running).bind("kind", None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): call it as the protocol says
+        return True
+    return True

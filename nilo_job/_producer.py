@@ -10,10 +10,15 @@ transaction (`push_in`). `within` asks a Space before the table. After the write
 process is woken for the row (`Wakeups`), or, when one of its workers is idle on this event loop
 and the row is due now, the row is inserted already claimed and handed to that worker
 (`handover`).
+
+Each row records the trace context current at its call (`_tracing`): inside the push span an
+observer makes current (`Metrics`' `push <kind>`), or else the application's own span; None
+without one, or without OpenTelemetry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -22,6 +27,7 @@ from ._errors import PayloadTooLarge, Refusal, is_int
 from ._group_commit import Grouped
 from ._kinds import MAX_NAME_BYTES, Kind, name_problem
 from ._spaces import Space
+from ._tracing import current
 from ._types import State
 from ._worker.handover import HandOver
 from ._worker.parts import Parts
@@ -142,9 +148,11 @@ class Producer:
             row, claimed_at = self.handover.claim(row)
         try:
             if feed is None and not self.observers.all:  # the common push, with nothing around
+                row = _traced(row)
                 row_id = await self.grouped(row)
             else:
                 with self.observers.pushing(kind.name):
+                    row = _traced(row)
                     if feed is None:
                         row_id = await self.grouped(row)
                     else:
@@ -179,6 +187,7 @@ class Producer:
             return []
         rows = [row for _kind, row in made]
         with self.observers.pushing(rows[0].kind):
+            rows = [_traced(row) for row in rows]
             ids = await self.store.push(rows)
             self.observers.pushed(rows, ids)
         self.wakeups.wake_at(min(row.run_at for row in rows))
@@ -195,7 +204,7 @@ class Producer:
         """`Jobs.push_in`: the new row's id (visible once `tx` commits), or None."""
         kind, row = self.new_row(value, after_ms, at, unique, "push_in")
         with self.observers.pushing(kind.name):
-            (row_id,) = await self.store.push_in(tx, [row])
+            (row_id,) = await self.store.push_in(tx, [_traced(row)])
             self.observers.pushed([row], [row_id])
         return row_id
 
@@ -221,9 +230,16 @@ class Producer:
                 "connection or session: use await jobs.push_in(...)"
             )
         with self.observers.pushing(kind.name):
-            answers: list[int | None] = push_in_now(tx, [row])
+            answers: list[int | None] = push_in_now(tx, [_traced(row)])
             self.observers.pushed([row], answers)
         return answers[0]
+
+
+def _traced(row: NewRow) -> NewRow:
+    """`row` with the trace context current here (the push's span, under an observer that makes
+    one), or as it is when there is none."""
+    trace = current()
+    return row if trace is None else dataclasses.replace(row, trace=trace)
 
 
 def max_payload_of(store: Store) -> int | None:

@@ -138,6 +138,9 @@ class SyncJobs:
                 f"async method (await jobs.{name}(...)) here instead"
             )
         loop = self._serving_loop() or self._own_loop()
+        # The coroutine runs in a copy of this thread's context (asyncio copies the caller's
+        # context variables with the call it schedules): a push made here inside a span records
+        # that span's trace, and the push's own span is that span's child.
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def push(

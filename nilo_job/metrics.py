@@ -33,6 +33,11 @@ is called (so the run's own spans are its children), with status ERROR and the e
 recorded when the attempt failed. Spans record only when the
 application set a tracer provider (or passed one); otherwise the API's no-op tracer costs
 next to nothing.
+
+One trace from the push to the run: the push records its span's W3C trace context on the row
+(`trace`), and the run's span, in whichever process claims the row, is that span's child on
+the first attempt, and a root linked to it on later attempts. A row without one (a schedule's
+tick, a push outside any span) makes a root (`nilo_job._tracing`).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from . import JobError, Jobs, Refusal
 from ._clock import now_us as wall_us
 from ._observers import Outcome
+from ._tracing import run_context
 from ._types import Tick
 from .store.contract import ROW_STATES, Claimed
 
@@ -267,16 +273,20 @@ class Metrics:
                 max(now_us - row.run_at, 0) / 1_000_000
             )
 
-    def running(self, kind: str, tick: Tick) -> contextlib.AbstractContextManager[Any]:
+    def running(
+        self, kind: str, tick: Tick, trace: str | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
         """The span current while `run` is called: `run <kind>`, CONSUMER; a failure sets its
-        status to ERROR with the exception's class name."""
+        status to ERROR with the exception's class name. `trace` is the context the row's push
+        recorded: the first attempt's span is its child, a later attempt's a root linked to it;
+        without one the span is a root."""
         if self._tracer is None:
             return contextlib.nullcontext()
-        return self._run_span(self._tracer, kind, tick)
+        return self._run_span(self._tracer, kind, tick, trace)
 
     @staticmethod
     @contextlib.contextmanager
-    def _run_span(tracer: Tracer, kind: str, tick: Tick) -> Iterator[None]:
+    def _run_span(tracer: Tracer, kind: str, tick: Tick, trace: str | None) -> Iterator[None]:
         attributes: dict[str, str | int] = {
             "messaging.system": "nilo_job",
             "messaging.operation.type": "process",
@@ -284,10 +294,13 @@ class Metrics:
             "messaging.message.id": str(tick.id),
             "nilo_job.attempt": tick.attempts,
         }
+        parent, links = run_context(trace, tick.attempts)
         with tracer.start_as_current_span(
             f"run {kind}",
+            context=parent,
             kind=otel.SpanKind.CONSUMER,
             attributes=attributes,
+            links=links,
             record_exception=False,
             set_status_on_exception=False,
         ) as span:

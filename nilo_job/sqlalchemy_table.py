@@ -94,6 +94,7 @@ def nilo_jobs_table(metadata: MetaData) -> Table:
         Column("started_at", BigInteger),
         Column("worker", Text),
         Column("snoozes", Integer, nullable=False, server_default=text("0")),
+        Column("trace", Text),
         CheckConstraint("state IN ('queued', 'running', 'dead')", name="nilo_jobs_state_check"),
         Index(
             "nilo_jobs_unique",

@@ -84,7 +84,9 @@ class HandOver:
     def hand_over(self, feed: Feed, row: NewRow, row_id: int, claimed_at: int) -> None:
         """Give the row a push claimed for `feed` to serve's workers; if serve has stopped
         meanwhile, queue it again unrun."""
-        claimed = Claimed(row_id, row.kind, row.payload, 1, row.run_at, row.unique_key)
+        claimed = Claimed(
+            row_id, row.kind, row.payload, 1, row.run_at, row.unique_key, trace=row.trace
+        )
         if not feed.closed:
             feed.put([claimed], claimed_at)
             return

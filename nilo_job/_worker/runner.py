@@ -172,7 +172,7 @@ class Runner:
         timeout_s = (kind.timeout_ms or self.timeout_ms) / 1_000
         error: BaseException | None = None
         stop = False  # a KeyboardInterrupt to raise once the end is written
-        watch = self.observers.running(kind.name, tick)
+        watch = self.observers.running(kind.name, tick, row.trace)
         returned: object = None
         if log.isEnabledFor(logging.DEBUG):
             log.debug(

@@ -17,13 +17,14 @@ table while a deploy rolls (or after it is rolled back). `check()` (at the start
                 started and which process ("host:pid") claimed it; + the tables
                 nilo_jobs_done (done rows kept as history) and nilo_jobs_paused (paused kinds)
     version 4   + snoozes: how many times a row's runs snoozed (`job.Snooze`), 0 by default
+    version 5   + trace: the W3C trace context of the row's push (OpenTelemetry), or NULL
 """
 
 from __future__ import annotations
 
 from .._errors import StoreUnavailable
 
-VERSION = 4
+VERSION = 5
 """The version of the table this nilo-job writes."""
 
 COMPATIBLE_FROM = 1
@@ -38,10 +39,10 @@ COLUMNS_1 = frozenset(
     {"id", "kind", "payload", "state", "run_at", "lease_until", "attempts", "unique_key", "error",
      "detail", "died_at"}
 )  # fmt: skip
-COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker", "snoozes"}
+COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker", "snoozes", "trace"}
 """The columns this version reads and writes."""
 
-STEPS = {2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4"}
+STEPS = {2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4", 5: "upgrade_to_5"}
 """The statement that brings a table to each version from the one before."""
 
 
@@ -53,7 +54,8 @@ def version_of(columns: set[str], recorded: Recorded) -> int:
     if not columns:
         return 0
     version = 1
-    for added in ("traceback", "pushed_at", "snoozes"):  # the first column of each version
+    # The first column each version added.
+    for added in ("traceback", "pushed_at", "snoozes", "trace"):
         if added not in columns:
             return version
         version += 1

@@ -203,12 +203,14 @@ def dead_row(r: Any) -> DeadRow:
 
 def claimed_row(r: Any) -> Claimed:
     """A `Claimed` from the columns a claim returns (id, kind, payload, attempts, run_at,
-    unique_key, snoozes); a row that cannot be read as nilo-job writes it says why in
-    `unreadable`."""
-    payload, run_at, snoozes = r[2], r[4], r[6]
+    unique_key, snoozes, trace); a row that cannot be read as nilo-job writes it says why in
+    `unreadable`. A trace that is not text is dropped: the row runs as one without a trace."""
+    payload, run_at, snoozes, trace = r[2], r[4], r[6], r[7]
+    if trace is not None and (type(trace) is not str or not _utf8(trace)):
+        trace = None
     if type(payload) is str and type(run_at) is int and type(snoozes) is int:
         try:
-            return Claimed(r[0], r[1], payload.encode(), r[3], run_at, r[5], None, snoozes)
+            return Claimed(r[0], r[1], payload.encode(), r[3], run_at, r[5], None, snoozes, trace)
         except UnicodeEncodeError:
             pass  # not UTF-8 (read with surrogateescape): said below
     problems: list[str] = []
@@ -216,7 +218,8 @@ def claimed_row(r: Any) -> Claimed:
     due = _number(run_at, "run_at", problems)
     key = r[5] if r[5] is None or isinstance(r[5], str) else None
     count = _number(snoozes, "snoozes", problems) or 0
-    return Claimed(r[0], r[1], data, r[3], due or 0, key, "; ".join(problems) or None, count)
+    unreadable = "; ".join(problems) or None
+    return Claimed(r[0], r[1], data, r[3], due or 0, key, unreadable, count, trace)
 
 
 def _payload_bytes(value: object, problems: list[str]) -> bytes:

@@ -83,6 +83,9 @@ class NewRow:
     counted (`attempts` 1), leased until then, started at `pushed_at` by `worker`. The queue does
     this for a push that an idle worker of the pushing process will run at once, saving that
     worker's claim. `pushed_at` (µs) is when the push happened (None: not known).
+
+    `trace` is the W3C trace context current at the push, as JSON (`{"traceparent": …}`, with
+    `"tracestate"` when there is one), or None: the run's span continues that trace.
     """
 
     kind: str
@@ -92,12 +95,14 @@ class NewRow:
     lease_until: int | None = None
     pushed_at: int | None = None
     worker: str | None = None
+    trace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A row a claim took: `attempts` already counts this claim (1 the first time); `snoozes`
-    is how many times its runs have snoozed so far (`Snoozed`).
+    is how many times its runs have snoozed so far (`Snoozed`); `trace` is the trace context
+    its push recorded (`NewRow.trace`), or None.
 
     `unreadable` says why, when the store could not read the row as nilo-job writes it (a
     payload stored as a BLOB, a column of the wrong type: a row some other program wrote). The
@@ -112,6 +117,7 @@ class Claimed:
     unique_key: str | None
     unreadable: str | None = None
     snoozes: int = 0
+    trace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +372,7 @@ class Store(Protocol):
         """Take up to `limit` rows of `kinds`, in `run_at` order: queued rows due at `now_us`, and
         running rows whose lease ran out by `now_us`. Each becomes `running` until
         `lease_until_us` with `attempts` one higher, started at `now_us` by `worker` ("host:pid"),
-        and is answered with its `snoozes`. Rows of other kinds are never touched.
+        and is answered with its `snoozes` and `trace`. Rows of other kinds are never touched.
 
         `limits` holds the kinds with a concurrency limit, each with its limit (a kind of it
         not among `kinds` is not claimed). The queue passes it only when it has such kinds.

@@ -118,6 +118,7 @@ class Memory:
             row.run_at,
             unique_key=row.unique_key,
             pushed_at=row.pushed_at,
+            trace=row.trace,
         )
         self._rows[self._last_id] = stored
         if row.unique_key is not None:
@@ -171,7 +172,7 @@ class Memory:
             return [
                 Claimed(
                     row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key,
-                    None, row.snoozes,
+                    None, row.snoozes, row.trace,
                 )
                 for row in taken
             ]  # fmt: skip
@@ -507,6 +508,7 @@ class _Row:
     worker: str | None = None
     result: bytes | None = None
     snoozes: int = 0
+    trace: str | None = None
 
 
 def _view(row: _Row, *, in_list: bool = False) -> RowView:

@@ -129,11 +129,11 @@ HOT: dict[str, Callable[[list[int], int], Params]] = {
     "released": lambda ids, size: [100, ids[0], 1],
     "release_key": lambda ids, size: [ids[0], 1],
     "prune": lambda ids, size: [1_000 + size, 500],
-    "push": lambda ids, size: ["k", "{}", 5, 5],
+    "push": lambda ids, size: ["k", "{}", 5, 5, None],
     "push_row": lambda ids, size: {  # a schedule's tick, or any push with a unique key
         "kind": "k", "payload": "{}", "state": "queued", "run_at": 5, "attempts": 0,
         "unique_key": "tick", "lease_until": None, "pushed_at": 5, "started_at": None,
-        "worker": None,
+        "worker": None, "trace": None,
     },
 }  # fmt: skip
 """Each hot statement, and its parameters given the running rows' ids and the grown size."""

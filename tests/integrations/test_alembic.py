@@ -145,7 +145,7 @@ async def test_autogenerate_makes_the_tables_upgrade_makes_them_and_the_queue_wo
 
         assert "No new upgrade operations detected." in alembic(project, "check")
         await table.create_missing()  # what `nilo-job migrate` does: it records the version
-        assert version_rows(pg_url) == [(4, 1)]
+        assert version_rows(pg_url) == [(5, 1)]
         assert "No new upgrade operations detected." in alembic(project, "check")
         await table.check()
     finally:
@@ -158,7 +158,7 @@ async def test_a_table_an_older_migration_made_gets_this_versions_columns_from_a
     alembic(project, "revision", "--autogenerate", "-m", "first")
     alembic(project, "upgrade", "head")
     with psycopg.connect(pg_url, autocommit=True) as conn:  # as an older nilo-job's metadata had it
-        for column in ("pushed_at", "started_at", "worker", "snoozes"):
+        for column in ("pushed_at", "started_at", "worker", "snoozes", "trace"):
             conn.execute(f"ALTER TABLE nilo_jobs DROP COLUMN {column}")  # type: ignore[arg-type]
         conn.execute("DROP TABLE nilo_jobs_done")
         conn.execute(
@@ -170,11 +170,11 @@ async def test_a_table_an_older_migration_made_gets_this_versions_columns_from_a
         with pytest.raises(job.StoreUnavailable, match=r"is at version 2, from an older nilo-job"):
             await table.check()
 
-        said = alembic(project, "revision", "--autogenerate", "-m", "nilo_job_4")
-        for column in ("pushed_at", "started_at", "worker", "snoozes"):
+        said = alembic(project, "revision", "--autogenerate", "-m", "nilo_job_5")
+        for column in ("pushed_at", "started_at", "worker", "snoozes", "trace"):
             assert f"Detected added column 'nilo_jobs.{column}'" in said
         assert "Detected added table 'nilo_jobs_done'" in said
-        migration = the_migration(project, "nilo_job_4")
+        migration = the_migration(project, "nilo_job_5")
         assert "op.drop" not in migration.split("def downgrade")[0]
         assert "server_default=sa.text('0')" in migration  # the rows it holds get 0 snoozes
         alembic(project, "upgrade", "head")

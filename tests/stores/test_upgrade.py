@@ -1,10 +1,10 @@
 """A table made by an earlier nilo-job (version 1, before versions were recorded, and versions
-2 and 3) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while workers
-of that version run.
+2, 3 and 4) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while
+workers of that version run.
 
 The older tables and their statements are the ones nilo-job shipped then
-(`tests/helpers/schema_v1/`, `schema_v2/`, `schema_v3/`), so "an old worker" here runs the old
-statements for real against the upgraded table.
+(`tests/helpers/schema_v1/`, `schema_v2/`, `schema_v3/`, `schema_v4/`), so "an old worker" here
+runs the old statements for real against the upgraded table.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import nilo_job as job
 from tests.helpers import ROOT
 
 SCHEMAS = ROOT / "tests" / "helpers"
-"""Where `schema_v1/`, `schema_v2/` and `schema_v3/` are: the tables and statements of those
-versions."""
+"""Where `schema_v1/` to `schema_v4/` are: the tables and statements of those versions."""
 T = 1_700_000_000_000_000
 LEASE = 61_000_000
 
@@ -75,13 +74,13 @@ class Db:
 
     def push(self, conn: Any, payload: str) -> list[Any]:
         """An old worker's push of a queued "mail" row due at T, without a unique key."""
-        if self.kind == "sqlite" and self.version == 3:
+        if self.kind == "sqlite" and self.version >= 3:
             return self.run(
                 conn, "push", ("mail", payload, "queued", T, 0, None, None, None, None, None)
             )
         if self.kind == "sqlite":
             return self.run(conn, "push", ("mail", payload, "queued", T, 0, None, None))
-        if self.version == 3:
+        if self.version >= 3:
             return self.run(conn, "push", ("mail", payload, T, None))
         return self.run(conn, "push", ("mail", payload, T))
 
@@ -93,7 +92,7 @@ class Db:
             "limit": limit,
             "kinds": '["mail"]' if self.kind == "sqlite" else ["mail"],
         }
-        if self.version == 3:
+        if self.version >= 3:
             params["worker"] = None
         return params
 
@@ -125,10 +124,13 @@ ran: list[tuple[str, int]] = []
 
 @pytest.fixture(
     params=[
-        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("postgres", 1), ("postgres", 2),
-        ("postgres", 3),
+        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("sqlite", 4), ("postgres", 1),
+        ("postgres", 2), ("postgres", 3), ("postgres", 4),
     ],
-    ids=["sqlite-v1", "sqlite-v2", "sqlite-v3", "postgres-v1", "postgres-v2", "postgres-v3"],
+    ids=[
+        "sqlite-v1", "sqlite-v2", "sqlite-v3", "sqlite-v4", "postgres-v1", "postgres-v2",
+        "postgres-v3", "postgres-v4",
+    ],
 )  # fmt: skip
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     """An older table holding a row in every state."""
@@ -173,7 +175,7 @@ async def test_an_older_table_is_refused_with_the_command_that_upgrades_it(db: D
         with pytest.raises(job.StoreUnavailable) as refused:
             await table.check()
         message = str(refused.value)
-        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 4"
+        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 5"
         assert said in message
         target = db.url if db.kind == "sqlite" else db.url.removeprefix("postgresql://postgres@")
         assert "run `nilo-job migrate " in message
@@ -195,8 +197,8 @@ async def test_the_upgrade_keeps_every_row_and_the_queue_runs_them(db: Db) -> No
         await table.check()
         assert db.rows() == before
         with db.connect() as conn:
-            snoozes = conn.execute("SELECT id, snoozes FROM nilo_jobs ORDER BY id").fetchall()
-        assert [tuple(row) for row in snoozes] == [(n, 0) for n in range(1, 7)]
+            added = conn.execute("SELECT id, snoozes, trace FROM nilo_jobs ORDER BY id").fetchall()
+        assert [tuple(row) for row in added] == [(n, 0, None) for n in range(1, 7)]
         for n in range(1, 7):
             kept = await jobs.row(n)
             assert kept is not None
@@ -232,7 +234,7 @@ def test_migrate_upgrades_and_says_so_and_again_changes_nothing(db: Db) -> None:
         assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(4, 1)]
+        assert [tuple(r) for r in recorded] == [(5, 1)]
 
 
 async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> None:
@@ -246,7 +248,7 @@ async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> Non
     assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(4, 1)]
+        assert [tuple(r) for r in recorded] == [(5, 1)]
 
 
 async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db: Db) -> None:
@@ -284,6 +286,10 @@ async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db
         )  # fmt: skip
         assert old is not None
         assert (old.state, old.snoozes) == ("queued", 0)  # pushed by the old worker: the default
+        traced = conn.execute(
+            f"SELECT trace FROM nilo_jobs WHERE id = {mark}", (pushed[0][0],)
+        ).fetchone()
+        assert tuple(traced) == (None,)  # an old worker's push records no trace
 
 
 async def test_the_upgrade_under_load_loses_nothing(db: Db) -> None:

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     pushed_at   bigint,                             -- µs, when pushed (version 3)
     started_at  bigint,                             -- µs, the last attempt's claim (version 3)
     worker      text,                               -- host:pid that claimed it (version 3)
-    snoozes     integer NOT NULL DEFAULT 0          -- times its runs snoozed (version 4)
+    snoozes     integer NOT NULL DEFAULT 0,         -- times its runs snoozed (version 4)
+    trace       text                                -- its push's trace context (version 5)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
     WHERE unique_key IS NOT NULL;
@@ -75,6 +76,12 @@ ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS worker text;
 -- rewriting no row. An older nilo-job never names the column, and its inserts get the default.
 ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS snoozes integer NOT NULL DEFAULT 0;
 
+-- name: upgrade_to_5
+-- Version 5 keeps the W3C trace context of each row's push (OpenTelemetry), NULL without one. A
+-- nullable column without a default: PostgreSQL adds it to the catalog only, rewriting no row,
+-- and a NULL costs a row nothing beyond the bit its null bitmap already has room for.
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS trace text;
+
 -- name: has_version
 SELECT count(*) FROM information_schema.tables
 WHERE table_name = 'nilo_jobs_version' AND table_schema = current_schema();
@@ -97,40 +104,41 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 
 -- name: push
 -- The common row: queued, no unique key. No ON CONFLICT, whose speculative insertion costs an
--- extra WAL record even when the key is NULL, and four parameters instead of ten. The NOTIFY
+-- extra WAL record even when the key is NULL, and five parameters instead of eleven. The NOTIFY
 -- is in RETURNING, not in a SELECT over a WITH: one plan node fewer (about a fiftieth of a push).
-INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at)
-VALUES (%s, %s::json, 'queued', %s, %s)
+INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at, trace)
+VALUES (%s, %s::json, 'queued', %s, %s, %s)
 RETURNING id, pg_notify('nilo_jobs', run_at::text);
 
 -- name: push_claimed
 -- A row its pusher claimed for an idle worker of its own (no key): it wakes nobody else.
 INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, lease_until, pushed_at, started_at,
-                       worker)
-VALUES (%s, %s::json, 'running', %s, 1, %s, %s, %s, %s)
+                       worker, trace)
+VALUES (%s, %s::json, 'running', %s, 1, %s, %s, %s, %s, %s)
 RETURNING id;
 
 -- name: push_row
 -- A row with a unique key (and perhaps claimed by its pusher, which then wakes nobody else).
 -- RETURNING holds no row, and so sends no NOTIFY, when the key was taken.
 INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until, pushed_at,
-                       started_at, worker)
+                       started_at, worker, trace)
 VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
-        %(lease_until)s, %(pushed_at)s, %(started_at)s, %(worker)s)
+        %(lease_until)s, %(pushed_at)s, %(started_at)s, %(worker)s, %(trace)s)
 ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id, CASE WHEN state = 'queued' THEN pg_notify('nilo_jobs', run_at::text) END;
 
 -- name: push_bulk
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, lease_until, pushed_at,
-                           started_at, worker)
+                           started_at, worker, trace)
     SELECT kind, payload::json, CASE WHEN lease_until IS NULL THEN 'queued' ELSE 'running' END,
            run_at, CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END, lease_until, pushed_at,
            CASE WHEN lease_until IS NULL THEN NULL ELSE pushed_at END,
-           CASE WHEN lease_until IS NULL THEN NULL ELSE worker END
+           CASE WHEN lease_until IS NULL THEN NULL ELSE worker END, trace
     FROM unnest(%(kinds)b::text[], %(payloads)b::text[], %(run_ats)b::bigint[],
-                %(leases)b::bigint[], %(pushed_ats)b::bigint[], %(workers)b::text[])
-        AS row(kind, payload, run_at, lease_until, pushed_at, worker)
+                %(leases)b::bigint[], %(pushed_ats)b::bigint[], %(workers)b::text[],
+                %(traces)b::text[])
+        AS row(kind, payload, run_at, lease_until, pushed_at, worker, trace)
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', (SELECT min(run_at) FROM pushed)::text)
 FROM pushed WHERE id = (SELECT max(id) FROM pushed)
@@ -140,10 +148,10 @@ SELECT id, NULL FROM pushed WHERE id <> (SELECT max(id) FROM pushed);
 -- name: push_sqlalchemy
 WITH pushed AS (
     INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until,
-                           pushed_at, started_at, worker)
+                           pushed_at, started_at, worker, trace)
     VALUES (:kind, CAST(:payload AS json), :state, :run_at, :attempts, :unique_key,
             CAST(:lease_until AS bigint), CAST(:pushed_at AS bigint), CAST(:started_at AS bigint),
-            CAST(:worker AS text))
+            CAST(:worker AS text), CAST(:trace AS text))
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, run_at)
 SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
@@ -166,7 +174,7 @@ SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 
     started_at = %(now)s, worker = %(worker)s
 FROM picked WHERE job.id = picked.id
 RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
-          job.snoozes;
+          job.snoozes, job.trace;
 
 -- name: lock_kind
 -- A claim of a kind with a concurrency limit takes this lock first, until its transaction ends:

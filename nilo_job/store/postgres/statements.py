@@ -64,7 +64,13 @@ def insert_statement(row: NewRow) -> tuple[str, Sequence[object] | dict[str, obj
     """The INSERT for `row` and its parameters: lean ones for a row without a unique key."""
     if row.unique_key is None:
         if row.lease_until is None:
-            return SQL["push"], (row.kind, row.payload.decode(), row.run_at, row.pushed_at)
+            return SQL["push"], (
+                row.kind,
+                row.payload.decode(),
+                row.run_at,
+                row.pushed_at,
+                row.trace,
+            )
         return SQL["push_claimed"], (
             row.kind,
             row.payload.decode(),
@@ -73,6 +79,7 @@ def insert_statement(row: NewRow) -> tuple[str, Sequence[object] | dict[str, obj
             row.pushed_at,
             row.pushed_at,
             row.worker,
+            row.trace,
         )
     return SQL["push_row"], params(row)
 
@@ -101,6 +108,7 @@ def params(row: NewRow) -> dict[str, object]:
         "pushed_at": row.pushed_at,
         "started_at": None if row.lease_until is None else row.pushed_at,
         "worker": None if row.lease_until is None else row.worker,
+        "trace": row.trace,
     }
 
 

@@ -243,6 +243,7 @@ class PostgresTable:
             "leases": [row.lease_until for row in rows],
             "pushed_ats": [row.pushed_at for row in rows],
             "workers": [row.worker for row in rows],
+            "traces": [row.trace for row in rows],
         }
 
         async def bulk(conn: psycopg.AsyncConnection[Any]) -> list[int | None]:
@@ -324,7 +325,7 @@ class PostgresTable:
         async def claim(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
             await cur.execute(SQL["claim"], params)
             return [
-                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6])
+                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7])
                 for r in await cur.fetchall()
             ]
 
@@ -586,6 +587,6 @@ def _sqlalchemy_push() -> Any:
 async def _claimed(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
     """The rows a `claim` statement answered on `cur`."""
     return [
-        Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6])
+        Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7])
         for r in await cur.fetchall()
     ]

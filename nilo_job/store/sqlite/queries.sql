@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS nilo_jobs (
     pushed_at   INTEGER,                            -- µs, when pushed (version 3)
     started_at  INTEGER,                            -- µs, the last attempt's claim (version 3)
     worker      TEXT,                               -- host:pid that claimed it (version 3)
-    snoozes     INTEGER NOT NULL DEFAULT 0          -- times its runs snoozed (version 4)
+    snoozes     INTEGER NOT NULL DEFAULT 0,         -- times its runs snoozed (version 4)
+    trace       TEXT                                -- its push's trace context (version 5)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
     WHERE unique_key IS NOT NULL;
@@ -69,6 +70,11 @@ ALTER TABLE nilo_jobs ADD COLUMN worker TEXT;
 -- inserts get the default.
 ALTER TABLE nilo_jobs ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
 
+-- name: upgrade_to_5
+-- Version 5 keeps the W3C trace context of each row's push (OpenTelemetry), NULL without one. An
+-- older nilo-job never names the column, and its inserts leave it NULL.
+ALTER TABLE nilo_jobs ADD COLUMN trace TEXT;
+
 -- name: version
 SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
 
@@ -87,12 +93,13 @@ SELECT name FROM pragma_table_info('nilo_jobs');
 -- name: push_plain
 -- The common row: queued, no unique key. Nothing can conflict, and its id is the connection's
 -- last rowid, so no ON CONFLICT and no RETURNING (each costs a push a little).
-INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at) VALUES (?, ?, 'queued', ?, ?);
+INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at, trace)
+VALUES (?, ?, 'queued', ?, ?, ?);
 
 -- name: push
 INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until, pushed_at,
-                       started_at, worker)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       started_at, worker, trace)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -115,7 +122,7 @@ WHERE id IN (
             ORDER BY lease_until, id LIMIT :limit)
     )
     ORDER BY run_at, id LIMIT :limit)
-RETURNING id, kind, payload, attempts, run_at, unique_key, snoozes;
+RETURNING id, kind, payload, attempts, run_at, unique_key, snoozes, trace;
 
 -- name: running
 -- How many rows of one kind run under a live lease at :now: what a kind's concurrency limit

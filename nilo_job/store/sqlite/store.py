@@ -524,7 +524,8 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
         claimed = row.lease_until is not None
         if row.unique_key is None and not claimed:
             cur = conn.execute(
-                SQL["push_plain"], (row.kind, row.payload.decode(), row.run_at, row.pushed_at)
+                SQL["push_plain"],
+                (row.kind, row.payload.decode(), row.run_at, row.pushed_at, row.trace),
             )
             answers.append(cur.lastrowid)
             continue
@@ -541,6 +542,7 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
                 row.pushed_at,
                 row.pushed_at if claimed else None,
                 row.worker if claimed else None,
+                row.trace,
             ),
         ).fetchall()  # to the statement's end: its commit, when it is its own transaction
         answers.append(found[0][0] if found else None)
