@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -542,3 +543,20 @@ async def test_one_trace_from_an_http_request_to_the_run_in_a_worker_process(
         "CONSUMER", f"{ids(http)[0]:032x}", f"{ids(push)[1]:016x}", []
     )  # fmt: skip
     assert run["message_id"] == str(answer.json()["row"])
+
+
+def test_the_pages_example_shows_one_trace_from_the_request_to_the_run(tmp_path: Path) -> None:
+    from tests.helpers import ROOT
+
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    (sample,) = (
+        block
+        for block in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+        if "InMemorySpanExporter" in block
+    )
+    (tmp_path / "traced.py").write_text(sample)
+    done = subprocess.run(
+        [sys.executable, "traced.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"one trace: [0-9a-f]{32}\n", done.stdout), done.stdout

@@ -10,12 +10,14 @@ Memory, SQLite and PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 
 import pytest
 
 import nilo_job as job
 from nilo_job.store.contract import Store
+from tests.helpers import ROOT
 
 S = 1_000_000  # a second, in µs
 
@@ -226,3 +228,62 @@ def test_a_concurrency_within_its_range_is_the_kinds() -> None:
         ("report", 100_000),
         ("mail", None),
     ]
+
+
+class ExportPartner:
+    """A partner whose exports wait until the test lets them end, counting those at once."""
+
+    def __init__(self) -> None:
+        self.started: asyncio.Queue[int] = asyncio.Queue()
+        self.go: dict[int, asyncio.Event] = {}
+        self.at_once = self.most = 0
+
+    async def export(self, report_id: int) -> None:
+        self.at_once += 1
+        self.most = max(self.most, self.at_once)
+        self.go[report_id] = asyncio.Event()
+        self.started.put_nowait(report_id)
+        try:
+            await self.go[report_id].wait()
+        finally:
+            self.at_once -= 1
+
+
+async def test_the_references_example_runs_two_exports_at_once_and_no_more(
+    store: Store,
+) -> None:
+    text = (ROOT / "docs" / "reference.md").read_text()
+    (sample,) = (
+        block
+        for block in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+        if "concurrency = 2" in block
+    )
+    scope: dict[str, object] = {"job": job, "dataclass": dataclass, "Partner": ExportPartner}
+    exec(sample, scope)
+    export = scope["Export"]
+    assert isinstance(export, type)
+
+    @dataclass
+    class Deps:
+        partner: ExportPartner
+
+    partner = ExportPartner()
+    jobs = job.Jobs(kinds=[export], store=store, deps=Deps(partner), workers=5, poll_ms=60_000)
+    ids = [await jobs.push(export(report_id=n)) for n in range(5)]
+    async with jobs.serving():
+        first = {await asyncio.wait_for(partner.started.get(), 10) for _ in range(2)}
+        # Two run; a claim now (the test's own drain) finds no room for a third.
+        assert await asyncio.wait_for(jobs.drain(), 10) == 0
+        assert partner.at_once == 2
+        for n in sorted(first):
+            partner.go[n].set()
+        rest = {await asyncio.wait_for(partner.started.get(), 10) for _ in range(2)}
+        assert await asyncio.wait_for(jobs.drain(), 10) == 0
+        for n in sorted(rest):
+            partner.go[n].set()
+        last = await asyncio.wait_for(partner.started.get(), 10)
+        partner.go[last].set()
+    # Leaving `serving` lets the last run finish and writes its end.
+    assert [getattr(await jobs.row(row_id), "state", None) for row_id in ids] == ["done"] * 5
+    assert first | rest | {last} == set(range(5))
+    assert partner.most == 2
