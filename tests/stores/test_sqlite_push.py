@@ -93,8 +93,7 @@ async def test_a_slow_disk_sends_the_next_pushes_to_the_stores_thread(
     file_table: job.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     jobs = job.Jobs(kinds=[Mail], store=file_table)
-    await jobs.push(Mail("open"))
-    ticks = iter(range(0, 10**9, 5))  # every write here seems to take 5 ms
+    ticks = iter(range(0, 10**9, 5))  # every write here seems to take 5 ms, from the first
     this_thread = threading.get_ident()
 
     def clock() -> float:
@@ -119,16 +118,16 @@ async def test_a_slow_disk_sends_the_next_pushes_to_the_stores_thread(
 
     monkeypatch.setattr(connections, "here", counted_here)
     monkeypatch.setattr(connections, "call", counted)
-    ids = [await jobs.push(Mail(f"{n}")) for n in range(20)]
+    ids = [await jobs.push(Mail(f"{n}")) for n in range(21)]
     assert None not in ids
-    assert len(set(ids)) == 20
+    assert len(set(ids)) == 21
     # 5 ms a write: the moving average (over about 16) passes 2 ms at the 8th write here, and
     # every push after it goes to the store's thread. (A write here that meets a lock gives up
-    # and goes to the thread too, so only the order is certain, not the place of the 8th.)
+    # and goes to the thread too, as does the store's opening, so only the order is certain,
+    # not the place of the 8th.)
     assert went.count("here") == 8
     last_here = len(went) - 1 - went[::-1].index("here")
     assert set(went[last_here + 1 :]) == {"thread"}
-    assert len(went) == 20
     assert (await jobs.stats()).queued == 21
 
 
