@@ -199,7 +199,8 @@ class Connections:
         carries on as behind one (`found_pooler`)."""
         if not collided(error):
             return False
-        self.found_pooler(f"{str(error).strip()}")
+        said = str(error).strip().partition("\n")[0]  # the server's words, not its CONTEXT line
+        self.found_pooler(said)
         return True
 
     async def _probe(self, conn: psycopg.AsyncConnection[Any], on: str) -> None:
