@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import overload
 
-from ._bounds import FIGURE, LAST_US, MS, POSITIVE_MS, WORKERS, moment, whole
+from ._bounds import FIGURE, LAST_US, MS, POSITIVE_MS, WORKERS, Span, moment, whole
 from ._bounds import row_id as check_row_id
 from ._errors import Refusal, refuse_within
 from ._kinds import Kind, check_unique_names, read_deps, read_kind
@@ -48,6 +48,9 @@ SEED_MOST_US = LAST_US
 
 RETENTION_MS = 3_600_000
 """How long a done row is kept by default, in milliseconds: an hour."""
+
+HEARTBEAT_MS = Span(100, 3_600_000, "whole milliseconds", "a tenth of a second to an hour")
+"""`job.Jobs(heartbeat_ms=...)`: how often a serving process beats and renews its leases."""
 
 
 _STORE_METHODS = tuple(
@@ -73,8 +76,13 @@ class Jobs:
             (default 3,600,000: an hour, what the flow charts show); then a serving process
             prunes it. 0 deletes a row as it finishes. Dead rows are kept until you retry or
             delete them.
-
-    The lease is the longest timeout across the kinds and the queue, plus one second.
+        heartbeat_ms: leases kept by heartbeat, in milliseconds (from 100 to 3,600,000; default
+            None). Every serving process beats at this interval and renews the leases of the
+            rows it holds; a claim's lease is three beats, so the rows of a process that dies
+            are taken again within three beats whatever the kinds' timeouts (a run still ends
+            at its own `timeout_ms`). None: serve beats every 5,000 ms for the worker registry
+            only, and the lease is the longest timeout across the kinds and the queue, plus one
+            second.
 
     Raises:
         Refusal: a kind or a setting cannot work; the message names the class, the field and
@@ -92,6 +100,7 @@ class Jobs:
         poll_ms: int = 1_000,
         timeout_ms: int = 60_000,
         retention_ms: int = RETENTION_MS,
+        heartbeat_ms: int | None = None,
     ) -> None:
         if isinstance(kinds, type) or not isinstance(kinds, Sequence) or not kinds:
             raise Refusal("job.Jobs(kinds=[...]) takes a non-empty list of job classes")
@@ -115,6 +124,11 @@ class Jobs:
         self.poll_ms = whole(poll_ms, POSITIVE_MS, "job.Jobs(poll_ms={})", "poll_ms")
         self.timeout_ms = whole(timeout_ms, POSITIVE_MS, "job.Jobs(timeout_ms={})", "timeout_ms")
         self.retention_ms = whole(retention_ms, MS, "job.Jobs(retention_ms={})", "retention_ms")
+        self.heartbeat_ms = (
+            None
+            if heartbeat_ms is None
+            else whole(heartbeat_ms, HEARTBEAT_MS, "job.Jobs(heartbeat_ms={})", "heartbeat_ms")
+        )
         self.store = store
         self.deps = deps
         self.space = status
@@ -122,7 +136,7 @@ class Jobs:
         read = [read_kind(cls, deps_types, Jobs) for cls in kinds]
         check_unique_names(read)
         # The parts, each handed the one clock; data flows down through them to the store.
-        self._parts = parts = Parts.build(store, read, status, self.timeout_ms)
+        self._parts = parts = Parts.build(store, read, status, self.timeout_ms, self.heartbeat_ms)
         self.lease_ms = parts.lease_ms
         self._producer = Producer(parts)
         self._runner = runner = Runner(parts, self, deps, keep=retention_ms > 0)

@@ -48,7 +48,7 @@ def name_problem(text: str) -> str | None:
 
 _SETTINGS = (
     "nilo_job", "retry", "final", "timeout_ms", "schedule", "overlap", "missed", "snoozes",
-    "concurrency",
+    "concurrency", "aliases",
 )  # fmt: skip
 
 CONCURRENCY = Span(1, 100_000, "a count of runs at once", "across every process on the store")
@@ -69,7 +69,8 @@ class Kind:
     """A job class as the queue uses it. `snoozes` is how many times one of its rows may
     snooze before a snooze counts as a failed attempt (`SNOOZES_DEFAULT` unless the class
     says). `concurrency` is the most of its rows running at once across every process on the
-    store (None: no limit)."""
+    store (None: no limit). `aliases` are the names it had before a rename: rows that carry one
+    are claimed and run as this kind."""
 
     cls: type
     name: str
@@ -84,6 +85,7 @@ class Kind:
     missed: Missed | None = None
     snoozes: int = SNOOZES_DEFAULT
     concurrency: int | None = None
+    aliases: tuple[str, ...] = ()
 
     def is_final(self, error: BaseException) -> bool:
         """Whether `error` kills the row at once, whatever retry says (`final`)."""
@@ -144,6 +146,7 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
     timeout_ms = _read_timeout(cls)
     snoozes = _read_snoozes(cls)
     concurrency = _read_concurrency(cls)
+    aliases = _read_aliases(cls, kind_name)
     run = getattr(cls, "run", None)
     if run is None or not callable(run):
         raise Refusal(f"{name} has no run method: add `def run(self) -> None:` with the work")
@@ -165,11 +168,13 @@ def read_kind(cls: object, deps: Mapping[str, Any], jobs_type: type) -> Kind:
         missed=missed,
         snoozes=snoozes,
         concurrency=concurrency,
+        aliases=aliases,
     )
 
 
 def check_unique_names(kinds: Sequence[Kind]) -> None:
-    """Refuse two kinds with one name, naming both classes."""
+    """Refuse two kinds with one name, and two kinds that answer to one name (as their name or
+    among their `aliases`), naming both classes."""
     seen: dict[str, type] = {}
     for kind in kinds:
         other = seen.setdefault(kind.name, kind.cls)
@@ -178,6 +183,26 @@ def check_unique_names(kinds: Sequence[Kind]) -> None:
                 f"{other.__name__} and {kind.cls.__name__} both say nilo_job = {kind.name!r}: "
                 "a kind's name is what a row carries, so give each class its own"
             )
+    claimed: dict[str, Kind] = {kind.name: kind for kind in kinds}
+    for kind in kinds:
+        for alias in kind.aliases:
+            other_kind = claimed.setdefault(alias, kind)
+            if other_kind is not kind:
+                said = "nilo_job =" if other_kind.name == alias else "aliases holds"
+                raise Refusal(
+                    f"{kind.cls.__name__}.aliases holds {alias!r}, and {other_kind.cls.__name__} "
+                    f"{said} {alias!r} too: a row of that name would be run by both kinds, so "
+                    "only one kind may answer to it"
+                )
+
+
+def answers(kinds: Sequence[Kind]) -> dict[str, Kind]:
+    """Every name a row of `kinds` may carry (each kind's name and its aliases), with the kind
+    that runs it."""
+    found = {kind.name: kind for kind in kinds}
+    for kind in kinds:
+        found.update(dict.fromkeys(kind.aliases, kind))
+    return found
 
 
 def _read_name(cls: type) -> str:
@@ -193,6 +218,37 @@ def _read_name(cls: type) -> str:
         raise Refusal(f'{name}.nilo_job must be a non-empty str, like nilo_job = "send-welcome"')
     if (problem := name_problem(value)) is not None:
         raise Refusal(f"{name}.nilo_job cannot be a kind's name: {problem}. Choose another")
+    return value
+
+
+def _read_aliases(cls: type, kind_name: str) -> tuple[str, ...]:
+    """A kind's `aliases`: the names it had before a rename, each a valid kind name, none its
+    own name, none twice."""
+    name = cls.__name__
+    value = getattr(cls, "aliases", None)
+    if value is None:
+        return ()
+    example = 'aliases = ("send-welcome",)'
+    if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
+        raise Refusal(
+            f"{name}.aliases is {value!r}; aliases is a tuple of the kind's old names (str), "
+            f"like {example}"
+        )
+    for alias in value:
+        if not alias.strip():
+            raise Refusal(f"{name}.aliases holds an empty name; each alias is an old kind name")
+        if (problem := name_problem(alias)) is not None:
+            raise Refusal(
+                f"{name}.aliases holds {alias!r}, which cannot be a kind's name: {problem}"
+            )
+        if alias == kind_name:
+            raise Refusal(
+                f"{name}.aliases holds {alias!r}, its own nilo_job name: an alias is a name the "
+                "kind had before, so remove it from aliases"
+            )
+    if len(set(value)) != len(value):
+        twice = next(alias for alias in value if value.count(alias) > 1)
+        raise Refusal(f"{name}.aliases holds {twice!r} twice: list each old name once")
     return value
 
 

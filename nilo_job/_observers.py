@@ -46,7 +46,8 @@ class Observer(Protocol):
 
     def claimed(self, rows: Sequence[Claimed], now_us: int, seconds: float) -> None:
         """A claim (by `serve` or a drain) took `rows` at `now_us` on the claim's clock, in
-        `seconds` of wall time against the store."""
+        `seconds` of wall time against the store. A row whose `retaken_from` is not None was
+        taken back after the lease of the worker that held it ran out (`Claimed`)."""
 
     def running(self, kind: str, tick: Tick, trace: str | None) -> AbstractContextManager[None]:
         """Entered around the call of `run` for `tick`; a span made current here is the parent

@@ -12,6 +12,9 @@ What is measured (times in seconds):
     nilo_job_oldest_due_seconds{kind}    gauge      how long the oldest due row has waited (queue
                                                     latency; 0 with none waiting), at each scrape
     nilo_job_paused{kind}                gauge      1 while the kind is paused, at each scrape
+    nilo_job_workers_alive{kind}         gauge      serving processes of the worker registry
+                                                    that run the kind and are alive (not lost),
+                                                    at each scrape
     nilo_job_pushed_total{kind}          counter    rows this process inserted (push, push_in,
                                                     seeding); a unique key already taken is not
     nilo_job_runs_total{kind,outcome}    counter    ends this process wrote: done, retrying,
@@ -23,6 +26,8 @@ What is measured (times in seconds):
     nilo_job_claim_delay_seconds{kind}   histogram  how late a row was claimed: the claim's
                                                     clock minus the row's run_at
     nilo_job_lost_leases_total{kind}     counter    ends not written: another worker had the row
+    nilo_job_retaken_total{kind}         counter    rows this process took back after the lease
+                                                    of the worker that held them ran out
 
 `Metrics` is an observer of the queue (`jobs.observe(metrics)`): the queue tells
 it of every push, claim, run and end, and it counts.
@@ -57,6 +62,7 @@ from ._clock import now_us as wall_us
 from ._observers import Outcome
 from ._tracing import run_context
 from ._types import Tick
+from ._worker.beat import is_alive
 from .store.contract import ROW_STATES, Claimed
 
 try:
@@ -142,6 +148,15 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.retaken = Counter(
+            "nilo_job_retaken",
+            "Rows this process claimed back after the lease of the worker that held them ran "
+            "out, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        # A renamed kind's rows of an old name are counted under its name.
+        self._renamed = {alias: kind.name for kind in jobs.kinds for alias in kind.aliases}
         self.run_seconds = Histogram(
             "nilo_job_run_seconds",
             "Seconds one call of run took, by kind.",
@@ -189,6 +204,8 @@ class Metrics:
             counts = await store.counts()
             oldest = await store.oldest_due(now)
             paused = await store.paused()
+            entries = await store.workers()
+            registry_now = (await store.now_us()) or wall_us()  # the beats' clock
         except (JobError, OSError) as error:
             log.warning("metrics: the store cannot be read: %s", error)
             self._rows.counts = None
@@ -199,6 +216,12 @@ class Metrics:
             self._rows.counts = counts
             self._rows.waited_s = {kind: max(0, now - at) / 1e6 for kind, at in oldest.items()}
             self._rows.paused = set(paused)
+            alive: dict[str, int] = {}
+            for entry in entries:
+                if is_alive(entry, registry_now):
+                    for kind in entry.kinds:
+                        alive[kind] = alive.get(kind, 0) + 1
+            self._rows.alive = alive
 
     async def exposition(self) -> tuple[bytes, str]:
         """`refresh`, then the registry in Prometheus's text format, and its content type."""
@@ -266,12 +289,15 @@ class Metrics:
             span.set_attribute("messaging.message.id", str(row_id))
 
     def claimed(self, rows: Sequence[Claimed], now_us: int, seconds: float) -> None:
-        """Time the claim, and how late each row it took was, on the claim's clock."""
+        """Time the claim, and how late each row it took was, on the claim's clock; count the
+        rows it took back after a lease ran out."""
         self.claim_seconds.observe(seconds)
         for row in rows:
             self.claim_delay_seconds.labels(row.kind).observe(
                 max(now_us - row.run_at, 0) / 1_000_000
             )
+            if row.retaken_from is not None:
+                self.retaken.labels(self._renamed.get(row.kind, row.kind)).inc()
 
     def running(
         self, kind: str, tick: Tick, trace: str | None = None
@@ -336,6 +362,7 @@ class _Rows:
         self.counts: dict[tuple[str, str], int] | None = None
         self.waited_s: dict[str, float] = {}
         self.paused: set[str] = set()
+        self.alive: dict[str, int] = {}  # live serving processes per kind
 
     def _families(self) -> tuple[GaugeMetricFamily, ...]:
         rows = GaugeMetricFamily(
@@ -350,13 +377,18 @@ class _Rows:
         paused = GaugeMetricFamily(
             "nilo_job_paused", "1 while the kind is paused.", labels=["kind"]
         )
-        return rows, up, waited, paused
+        alive = GaugeMetricFamily(
+            "nilo_job_workers_alive",
+            "Serving processes of the worker registry that run the kind and are alive.",
+            labels=["kind"],
+        )
+        return rows, up, waited, paused, alive
 
     def describe(self) -> Iterable[Metric]:
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        rows, up, waited, paused = self._families()
+        rows, up, waited, paused, alive = self._families()
         counts = self.counts
         up.add_metric([], 0 if counts is None else 1)
         if counts is None:
@@ -368,4 +400,6 @@ class _Rows:
         for kind in sorted({*self.kinds, *self.waited_s}):
             waited.add_metric([kind], self.waited_s.get(kind, 0.0))
             paused.add_metric([kind], 1 if kind in self.paused else 0)
-        return [rows, up, waited, paused]
+        for kind in sorted({*self.kinds, *self.alive}):
+            alive.add_metric([kind], self.alive.get(kind, 0))
+        return [rows, up, waited, paused, alive]

@@ -30,9 +30,10 @@ from sqlalchemy import (
 
 
 def nilo_jobs_table(metadata: MetaData) -> Table:
-    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the three tables
+    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the four tables
     beside it (`nilo_jobs_done`, the history of done rows, `nilo_jobs_paused`, the paused kinds,
-    and `nilo_jobs_version`, the version `nilo-job migrate` records), and return `nilo_jobs`.
+    `nilo_jobs_workers`, the registry of serving processes, and `nilo_jobs_version`, the version
+    `nilo-job migrate` records), and return `nilo_jobs`.
 
     Args:
         metadata: your application's `sqlalchemy.MetaData` (Alembic's `target_metadata`).
@@ -68,6 +69,21 @@ def nilo_jobs_table(metadata: MetaData) -> Table:
         Column("result", Text),
         Index("nilo_jobs_done_finished", "finished_at", "id"),
         Index("nilo_jobs_done_kind", "kind", "finished_at", "id"),
+    )
+    Table(
+        "nilo_jobs_workers",
+        metadata,
+        Column("id", Text, primary_key=True),
+        Column("host", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("version", Text, nullable=False),
+        Column("kinds", Text, nullable=False),
+        Column("workers", Integer, nullable=False),
+        Column("beat_ms", Integer, nullable=False),
+        Column("started_at", BigInteger, nullable=False),
+        Column("beat_at", BigInteger, nullable=False),
+        Column("running", Text, nullable=False),
+        Index("nilo_jobs_workers_beat", "beat_at"),
     )
     Table(
         "nilo_jobs_paused",

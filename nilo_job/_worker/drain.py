@@ -22,6 +22,7 @@ from .._kinds import Kind
 from .._process import worker
 from ..store.contract import Died, End, Retrying, Snoozed
 from .parts import Parts
+from .pauses import unpaused, with_aliases
 from .runner import Ran, Runner
 
 
@@ -31,6 +32,7 @@ class Drain:
     def __init__(self, parts: Parts, runner: Runner) -> None:
         self.store = parts.store
         self.names = tuple(parts.kinds)
+        self.aliases = parts.aliases  # each renamed kind's old names, claimed with it
         self.lease_ms = parts.lease_ms  # the lease a claim takes, on the drain's clock
         self.limits = parts.limits  # the kinds with a concurrency limit
         self.runner = runner
@@ -84,9 +86,10 @@ class Drain:
         return count
 
     async def claimable(self) -> tuple[str, ...]:
-        """The kinds to claim: every kind of the queue that is not paused."""
+        """The names to claim: every kind of the queue that is not paused, then their aliases
+        (see `pauses`)."""
         paused = await self.store.paused()
-        return tuple(name for name in self.names if name not in paused)
+        return with_aliases(unpaused(self.names, paused, self.aliases), self.aliases)
 
 
 def _noted(ran: Ran, kind: Kind, row_id: int) -> BaseException:

@@ -158,17 +158,21 @@ class Ends:
             else:
                 return applied, retried
 
-    async def give_back(self, rows: Sequence[Claimed], run_at: int | None = None) -> None:
+    async def give_back(self, rows: Sequence[Claimed], run_at: int | None = None) -> int | None:
         """Queue `rows`, claimed and not started, again unrun (due when they were, or at
         `run_at`, µs), in one `finish` that a cancel of the caller does not cut short; a failure
-        leaves them to their lease."""
-        if rows:
-            ends = [
-                Released(row.id, row.attempts, row.run_at if run_at is None else run_at)
-                for row in rows
-            ]
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.finish(ends))
+        leaves them to their lease. Answers how many were queued again (the others had been
+        taken by another worker), or None when the store did not take the write."""
+        if not rows:
+            return 0
+        ends = [
+            Released(row.id, row.attempts, row.run_at if run_at is None else run_at) for row in rows
+        ]
+        try:
+            applied = await asyncio.shield(self.store.finish(ends))
+        except Exception:
+            return None
+        return sum(applied)
 
     def later(self, work: Coroutine[Any, Any, object]) -> None:
         """Run `work` in a background task that `settled()` waits for."""

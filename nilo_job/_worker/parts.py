@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._clock import Clock
-from .._kinds import Kind
+from .._kinds import Kind, answers
 from .._observers import Observers
 from .._spaces import Space, Statuses
 from ..store.contract import Store
@@ -23,6 +23,10 @@ from .wakeups import Wakeups
 TIMEOUT_MS = 60_000
 """A run's timeout when neither its kind nor the queue names one, in milliseconds."""
 
+LEASE_BEATS = 3
+"""Under `heartbeat_ms`, a claim's lease is this many beats: a process that stops beating has
+its rows taken again within that window."""
+
 
 @dataclass(frozen=True, slots=True)
 class Parts:
@@ -31,6 +35,9 @@ class Parts:
     Attributes:
         store: where the rows are.
         kinds: the queue's kinds by name.
+        answers: the kind that runs a row, by every name a row may carry: each kind's name and
+            its aliases (the names it had before a rename).
+        aliases: each kind's aliases, by its name (only the kinds that have some).
         clock: the queue's clock (µs), kept in step with the store's by serve.
         observers: told of every push, claim, run and end.
         statuses: the status Space, or none.
@@ -39,13 +46,16 @@ class Parts:
         ticks: the schedules' tick rows.
         timeout_ms: the queue's timeout, for a kind that names none, in milliseconds.
         lease_ms: the lease a claim takes, in milliseconds: the longest timeout of the kinds
-            and the queue, plus a second.
+            and the queue, plus a second; under `heartbeat_ms`, `LEASE_BEATS` beats.
         limits: the kinds with a concurrency limit, each with its limit: what every claim of
-            serve and of the test helpers hands the store (empty: no kind has one).
+            serve and of the test helpers hands the store (empty: no kind has one). A limited
+            kind's aliases have the same limit, each counted apart.
     """
 
     store: Store
     kinds: dict[str, Kind]
+    answers: dict[str, Kind]
+    aliases: dict[str, tuple[str, ...]]
     clock: Clock
     observers: Observers
     statuses: Statuses
@@ -55,6 +65,7 @@ class Parts:
     timeout_ms: int
     lease_ms: int
     limits: dict[str, int]
+    heartbeat_ms: int | None = None
 
     @classmethod
     def build(
@@ -63,10 +74,14 @@ class Parts:
         kinds: Sequence[Kind] = (),
         status: Space | None = None,
         timeout_ms: int = TIMEOUT_MS,
+        heartbeat_ms: int | None = None,
     ) -> Parts:
         """The parts of a queue of `kinds` over `store`; with no kinds, those of its table
         alone (what the command line and the dashboard read and act on without the queue)."""
-        lease_ms = max([timeout_ms, *(kind.timeout_ms or 0 for kind in kinds)]) + 1_000
+        if heartbeat_ms is None:
+            lease_ms = max([timeout_ms, *(kind.timeout_ms or 0 for kind in kinds)]) + 1_000
+        else:
+            lease_ms = LEASE_BEATS * heartbeat_ms
         clock = Clock()
         observers = Observers()
         statuses = Statuses(status)
@@ -74,6 +89,8 @@ class Parts:
         return cls(
             store=store,
             kinds={kind.name: kind for kind in kinds},
+            answers=answers(kinds),
+            aliases={kind.name: kind.aliases for kind in kinds if kind.aliases},
             clock=clock,
             observers=observers,
             statuses=statuses,
@@ -82,5 +99,11 @@ class Parts:
             ticks=Ticks(kinds, store, observers, wakeups),
             timeout_ms=timeout_ms,
             lease_ms=lease_ms,
-            limits={kind.name: kind.concurrency for kind in kinds if kind.concurrency is not None},
+            limits={
+                name: kind.concurrency
+                for kind in kinds
+                if kind.concurrency is not None
+                for name in (kind.name, *kind.aliases)
+            },
+            heartbeat_ms=heartbeat_ms,
         )

@@ -81,7 +81,7 @@ class Runner:
     """
 
     def __init__(self, parts: Parts, queue: object, deps: object, *, keep: bool = False) -> None:
-        self.kinds = parts.kinds
+        self.kinds = parts.answers  # by every name a row may carry: a renamed kind's old ones too
         self.keep = keep
         self.queue = queue
         self.deps = deps
@@ -108,6 +108,8 @@ class Runner:
         (serve's worker takes its next row meanwhile); otherwise when everything here is over.
         """
         kind = self.kinds[row.kind]
+        if row.retaken_from is not None:
+            retaken(kind, row)
         if row.unreadable is not None:
             why = f"the store cannot read it: {row.unreadable}"
             return await self._bad_payload(kind, row, why, clock)
@@ -260,6 +262,22 @@ class Runner:
             (State.RUNNING, 0) if current is None else (current.state, current.attempts)
         )
         await self.statuses.put(row_id, state, attempts, n)
+
+
+def retaken(kind: Kind, row: Claimed) -> None:
+    """Log, as a WARNING, that `row` was taken back after the lease of the worker that held it
+    ran out (that worker died, hung, or lost the store for longer than the lease): its run may
+    have begun there, so this attempt may be its second run."""
+    held = row.retaken_from or "an unknown worker"
+    log.warning(
+        "%s row %d was retaken after its lease ran out: attempt %d begins; worker %s held "
+        "attempt %d",
+        kind.name, row.id, row.attempts, held, row.attempts - 1,
+        extra={
+            "kind": kind.name, "row": row.id, "attempt": row.attempts,
+            "worker": row.retaken_from or "",
+        },
+    )  # fmt: skip
 
 
 def _result(kind: Kind, row: Claimed, value: object) -> bytes | None:

@@ -27,6 +27,7 @@ from .._errors import Refusal
 from .._process import worker
 from .._text import count_of
 from ..store.contract import Claimed
+from .beat import BEAT_MS, Beat
 from .feed import Feed
 from .parts import Parts
 from .pauses import Pauses, served
@@ -58,12 +59,14 @@ class Server:
         self.store = parts.store
         self.kinds = parts.kinds
         self.names = tuple(parts.kinds)  # the kinds serve runs
-        self.pauses = Pauses(parts.store, parts.wakeups, poll_ms)  # and of those, not paused
+        self.pauses = Pauses(parts.store, parts.wakeups, poll_ms, parts.aliases)  # not paused
         self.pruner = pruner
         self.clock = parts.clock
         self.workers = workers
         self.poll_ms = poll_ms
         self.lease_ms = parts.lease_ms
+        self.heartbeat_ms = parts.heartbeat_ms  # None: leases are not renewed
+        self.beat: Beat | None = None  # this run of serve's entry in the worker registry
         self.limits = parts.limits  # the kinds with a concurrency limit
         self.timeout_ms = parts.timeout_ms
         self.runner = runner
@@ -76,10 +79,22 @@ class Server:
         self.context, self.claiming, self.stopping = contextvars.Context(), False, False
         self.stop_began: float | None = None  # loop time serve was asked to stop
         self.claims: asyncio.Task[None] | None = None  # the claim loop's task, while serve runs
+        self.tally = Tally()  # what became of the rows this process held as serve stopped
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
         return self.task is None or not self.task.done()
+
+    def not_serving(self) -> str | None:
+        """Why serve's workers are not running rows now, in words (it has not started, is
+        stopping, or has ended); None while they are (what a readiness probe asks)."""
+        if self.task is None:
+            return "serve has not started yet"
+        if self.task.done():
+            return "serve has ended"
+        if self.stopping:
+            return "serve is stopping"
+        return None
 
     async def serve(
         self,
@@ -112,8 +127,13 @@ class Server:
             raise
         self.task = asyncio.current_task()
         self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
-        self.stop_began = None
+        self.stop_began, self.tally = None, Tally()
         feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start, self.limits)
+        beat = self.beat = Beat(
+            self.store, self.clock, self.heartbeat_ms or BEAT_MS,
+            None if self.heartbeat_ms is None else self.lease_ms, lambda: held(feed),
+        )  # fmt: skip
+        beating = asyncio.create_task(beat.run(self.names, self.workers))
         self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
@@ -133,12 +153,16 @@ class Server:
             for helper in helpers:
                 helper.cancel()
             try:
+                # The beat goes on through the stop: the grace period's runs keep their leases.
                 await self._stop(feed, workers, grace_ms)
             finally:
                 self.wakeups.feed = None
                 self.ends.group = None
-                await cancel_and_wait(helpers)
+                await cancel_and_wait([*helpers, beating])
+                await beat.unregister()
+                self.beat = None
                 self.wakeups.stop()
+                log.info(self.tally.said())  # the stop's last line
 
     @contextlib.asynccontextmanager
     async def serving(
@@ -237,7 +261,7 @@ class Server:
                 self.claiming = False
             outage.answered()
             if self.stopping:  # serve was cancelled while the claim was answered
-                await self.ends.give_back(rows)
+                self.tally.given_back(len(rows), await self.ends.give_back(rows))
                 return
             feed.put(rows, now)
             if len(rows) < limit:
@@ -295,10 +319,14 @@ class Server:
         """Start `row` (claimed at `claimed_at`, µs) in a task of its own, in a copy of serve's
         context (not the caller's: a push hands its row over here), which calls `free()` once
         the row no longer needs its worker; None when its wait plus its kind's timeout no longer
-        fit in its lease (another worker might take it while it ran)."""
-        kind = self.kinds[row.kind]
-        timeout_us = (kind.timeout_ms or self.timeout_ms) * 1_000
-        if self.clock.now() - claimed_at >= self.lease_ms * 1_000 - timeout_us:
+        fit in its lease (another worker might take it while it ran), or, under `heartbeat_ms`,
+        when it waited longer than two beats (its lease may run out before a beat renews it)."""
+        kind = self.runner.kinds[row.kind]  # (a renamed kind's row may carry an old name)
+        if self.heartbeat_ms is None:
+            margin_us = (kind.timeout_ms or self.timeout_ms) * 1_000  # its run within the lease
+        else:
+            margin_us = self.heartbeat_ms * 1_000  # a beat, before which the lease is renewed
+        if self.clock.now() - claimed_at >= self.lease_ms * 1_000 - margin_us:
             return None
         loop = asyncio.get_running_loop()
         return loop.create_task(self._execute(row, free), context=self.context.copy())
@@ -327,7 +355,8 @@ class Server:
         loop = asyncio.get_running_loop()
         deadline = (self.stop_began or loop.time()) + grace_ms / 1_000
         feed.close()
-        await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        await self._give_back([row for row, _claimed_at in feed.take_all()])
+        running = set(feed.tasks)  # the runs the grace period is for
         if feed.tasks:
             log.info(
                 "stopping: %s still running, waiting up to %d ms",
@@ -350,7 +379,7 @@ class Server:
         late = dict(feed.tasks)  # task: row id
         await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
-        await self.ends.give_back([row for row, _claimed_at in feed.take_all()])
+        await self._give_back([row for row, _claimed_at in feed.take_all()])
         # A claim in flight as the stop came: its answer, whose rows the claim loop gives back
         # (a second cancel cuts the wait short, leaving them to their lease).
         claims, self.claims = self.claims, None
@@ -364,10 +393,76 @@ class Server:
                 await cancel_and_wait([claims])
         await self.ends.stop_grouping()
         await self.ends.settled()  # the observers and status of ends written just now
+        self.tally.finished = len(running - late.keys())
         if late:
-            _say_cut_short(sorted(late.values()), self.runner.stopped, grace_ms)
+            fates = _say_cut_short(sorted(late.values()), self.runner.stopped, grace_ms)
+            self.tally.cut_short(fates)
         if interrupted:
             raise asyncio.CancelledError
+
+    async def _give_back(self, rows: Sequence[Claimed]) -> None:
+        """Give back `rows`, claimed and not started, as serve stops, and count what became of
+        them."""
+        if rows:
+            self.tally.given_back(len(rows), await self.ends.give_back(rows))
+
+
+class Tally:
+    """What became of the rows this process held as serve stopped, said in one INFO line as
+    the stop ends: runs that finished within the grace period, rows queued again (claimed and
+    not started, or cancelled past the grace), rows another worker had taken already, rows left
+    to their lease (the store did not answer), rows left running under their lease (a sync
+    run's thread)."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+        self.queued = 0
+        self.lost = 0
+        self.unwritten = 0
+        self.held = 0
+
+    def given_back(self, rows: int, queued: int | None) -> None:
+        """`rows` rows were given back, of which `queued` were queued again (None: the store
+        did not take the write)."""
+        if queued is None:
+            self.unwritten += rows
+        else:
+            self.queued += queued
+            self.lost += rows - queued
+
+    def cut_short(self, fates: dict[str, list[int]]) -> None:
+        """The fates of the runs cancelled past the grace period (`_say_cut_short`)."""
+        self.queued += len(fates.get("queued", ()))
+        self.lost += len(fates.get("lost", ()))
+        self.unwritten += len(fates.get("unwritten", ()))
+        self.held += len(fates.get("held", ()))
+
+    def said(self) -> str:
+        """The line: "stopped: 3 runs finished within the grace period, 1 row queued again"."""
+        parts = []
+        if self.finished:
+            parts.append(f"{count_of(self.finished, 'run')} finished within the grace period")
+        if self.queued:
+            parts.append(f"{count_of(self.queued, 'row')} queued again")
+        if self.lost:
+            parts.append(f"{count_of(self.lost, 'row')} taken by another worker already")
+        if self.unwritten:
+            its = "its lease" if self.unwritten == 1 else "their leases"
+            parts.append(
+                f"{count_of(self.unwritten, 'row')} left to {its} (the store did not answer)"
+            )
+        if self.held:
+            its = "its lease (a sync run's thread)"
+            if self.held > 1:
+                its = "their leases (sync runs' threads)"
+            parts.append(f"{count_of(self.held, 'row')} left running until {its}")
+        return f"stopped: {', '.join(parts)}" if parts else "stopped: no row was running"
+
+
+def held(feed: Feed) -> list[int]:
+    """The ids of the rows this process holds on `feed`: started and not yet ended (their ends
+    being written included), and claimed and waiting for a worker."""
+    return [*feed.tasks.values(), *(row.id for row, _claimed_at in feed.rows)]
 
 
 class Outage:
@@ -418,10 +513,11 @@ class Outage:
 
 def _say_cut_short(
     row_ids: Sequence[int], stopped: dict[int, asyncio.Future[bool | None] | None], grace_ms: int
-) -> None:
+) -> dict[str, list[int]]:
     """Log, in one WARNING, what became of the rows whose runs the stop cut short: queued again,
     taken already by another worker, not written (left to their lease), or left running under
-    their lease (a sync run, whose thread cannot be stopped)."""
+    their lease (a sync run, whose thread cannot be stopped); answer the ids by fate (`queued`,
+    `lost`, `unwritten`, `held`)."""
     fates: dict[str, list[int]] = {}
     for row_id in row_ids:
         fate = "unwritten"  # a run cut short before it could say: its row keeps its lease
@@ -460,6 +556,7 @@ def _say_cut_short(
         "cancelled %s past the grace period (%d ms): %s",
         count_of(len(row_ids), "run"), grace_ms, "; ".join(parts),
     )  # fmt: skip
+    return fates
 
 
 AGAIN_S = 0.05  # how long `cancel_and_wait` gives a task before it cancels it once more

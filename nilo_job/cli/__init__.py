@@ -1,6 +1,7 @@
 """The `nilo-job` command: a worker process, the refusals for CI, and an operator's commands.
 
-    nilo-job worker  module:attr [--workers N] [--grace-ms MS] [--kinds A,B]
+    nilo-job worker  module:attr [--workers N] [--grace-ms MS] [--kinds A,B] [--health-port P]
+    nilo-job ready   module:attr                   exit 0 when the store answers (an exec probe)
     nilo-job check   module:attr [--json]          every refusal, exit 1 on any
     nilo-job stats   TARGET [--json]               rows by state, and the paused kinds
     nilo-job dead    TARGET [--limit N] [--json]   the dead rows, newest first
@@ -13,6 +14,7 @@
     nilo-job pause   TARGET KIND [--json]          stop claiming a kind's rows everywhere
     nilo-job resume  TARGET KIND [--json]
     nilo-job migrate TARGET [--json]               create the nilo_jobs table where it is missing
+    nilo-job workers TARGET [--json]               the serving processes, alive or lost
     nilo-job dashboard module:attr [...]
 
 `module:attr` names a `job.Jobs` (or a function of no arguments returning one), imported with the
@@ -35,7 +37,8 @@ from ._pause import pause, resume
 from ._read import dead, list_rows, show, stats
 from ._target import Target, open_target, run_on
 from ._text import JSON_OPTION, TARGET_HELP, print_json
-from ._worker import worker
+from ._worker import ready, worker
+from ._workers import workers
 
 
 @with_log_options
@@ -71,6 +74,7 @@ def migrate(target: str, as_json: bool) -> None:
 
 for _command in (
     worker,
+    ready,
     check,
     stats,
     dead,
@@ -82,6 +86,7 @@ for _command in (
     pause,
     resume,
     migrate,
+    workers,
     dashboard_command,
 ):
     # The group's logging options are taken after the subcommand too.

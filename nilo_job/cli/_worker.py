@@ -1,6 +1,8 @@
 """`nilo-job worker module:attr`: the queue's workers in a process of their own, until SIGTERM or
 SIGINT, for all its kinds or only those `--kinds` names, on uvloop when it is installed
-(`pip install 'nilo-job[fast]'`) unless `--loop asyncio` (or `NILO_JOB_LOOP=asyncio`) says not."""
+(`pip install 'nilo-job[fast]'`) unless `--loop asyncio` (or `NILO_JOB_LOOP=asyncio`) says not;
+with `--health-port`, the probes (`_health`) on the same loop. `nilo-job ready module:attr`: exit
+0 when the queue's store answers, 1 otherwise, for an exec probe."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import click
 from .._errors import JobError, Refusal
 from .._jobs import Jobs
 from ..store._target import shown
+from ._health import Health
 from ._load import load
 from ._text import MS, WORKERS
 
@@ -60,8 +63,28 @@ def kind_list(given: Sequence[str]) -> list[str] | None:
     help="The event loop: uvloop when installed (auto), uvloop or else an error, or asyncio's "
     "own. Also NILO_JOB_LOOP.",
 )
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65_535),
+    default=None,
+    metavar="PORT",
+    help="Serve /livez, /readyz and /metrics over HTTP on this port (default: no probes).",
+)
+@click.option(
+    "--health-host",
+    default="0.0.0.0",
+    show_default=True,
+    help="The address the probes listen on: all of the machine's (a pod's probes come from the "
+    "kubelet to the pod's IP); 127.0.0.1 keeps them to this machine.",
+)
 def worker(
-    target: str, workers: int | None, grace_ms: int, kinds: tuple[str, ...], loop: str
+    target: str,
+    workers: int | None,
+    grace_ms: int,
+    kinds: tuple[str, ...],
+    loop: str,
+    health_port: int | None,
+    health_host: str,
 ) -> None:
     """Run the workers of the queue TARGET (module:attr) until SIGTERM or SIGINT.
 
@@ -71,6 +94,10 @@ def worker(
     (PostgreSQL's `answer_ms`, else 10 s) after the first signal, within a second of the second,
     even when the database does not answer or a sync run's thread will not end; rows it still
     holds then run again after their lease.
+
+    With --health-port, the process answers GET /livez (200 while its event loop turns),
+    /readyz (200 when the store answers and the workers run, else 503 and the reason) and
+    /metrics (Prometheus's text, with prometheus-client installed).
     """
     factory, said = loop_choice(loop)
     # A signal that arrives while the target is still importing stops the worker before it
@@ -90,10 +117,19 @@ def worker(
         raise
     if workers is not None:
         jobs.workers = workers
-    exits = Exits(grace_ms, getattr(jobs.store, "bound_ms", BOUND_MS))
+    bound_ms = getattr(jobs.store, "bound_ms", BOUND_MS)
+    exits = Exits(grace_ms, bound_ms)
+    health = None
+    if health_port is not None:
+        health = Health(jobs, bound_ms / 1_000)
+        health.measure()  # before serve starts
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(_work(jobs, grace_ms, names, early, said, exits))
+            runner.run(
+                _work(
+                    jobs, grace_ms, names, early, said, exits, health, health_host, health_port or 0
+                )
+            )
     except (JobError, Refusal) as error:
         raise click.ClickException(str(error)) from None
     finally:
@@ -171,10 +207,30 @@ def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
 
 
 async def _work(
-    jobs: Jobs, grace_ms: int, kinds: list[str] | None, early: list[int], said: str, exits: Exits
+    jobs: Jobs,
+    grace_ms: int,
+    kinds: list[str] | None,
+    early: list[int],
+    said: str,
+    exits: Exits,
+    health: Health | None = None,
+    health_host: str = "0.0.0.0",
+    health_port: int = 0,
 ) -> None:
     loop = asyncio.get_running_loop()
     logging.getLogger("nilo_job").info("event loop: %s", said)
+    if health is not None:
+        try:
+            where = await health.start(health_host, health_port)
+        except OSError as error:
+            await jobs.store.close()
+            raise click.ClickException(
+                f"--health-port {health_port}: cannot listen on {health_host}:{health_port}: "
+                f"{error.strerror or error}"
+            ) from None
+        logging.getLogger("nilo_job").info(
+            "health probes on http://%s (/livez, /readyz, /metrics)", where
+        )
     task = asyncio.create_task(jobs.serve(grace_ms=grace_ms, kinds=kinds))
     signals = 0
 
@@ -199,4 +255,30 @@ async def _work(
         if signals == 0:
             raise
     finally:
+        if health is not None:
+            await health.close()
         await jobs.store.close()
+
+
+@click.command(short_help="Exit 0 when the queue's store answers, 1 otherwise (an exec probe).")
+@click.argument("target")
+def ready(target: str) -> None:
+    """Exit 0 when the store of the queue TARGET (module:attr) answers and its table is usable
+    (`jobs.ready()`), else 1 with the reason on stderr: a probe an orchestrator runs."""
+    jobs = load(target, command="ready")
+
+    async def ask() -> str | None:
+        try:
+            if await jobs.ready():
+                return None
+            try:
+                await jobs.store.check()
+            except Exception as error:  # the store's sentence for what ready() found
+                return str(error)
+            return "its store did not answer"
+        finally:
+            await jobs.store.close()
+
+    reason = asyncio.run(ask())
+    if reason is not None:
+        raise click.ClickException(f"{shown(target)} is not ready: {reason}")

@@ -42,7 +42,7 @@ from .. import Cron, Every, Jobs, Refusal
 from .._errors import is_int
 from .._types import Row, Where
 from .._worker.ticks import SCHEDULE_KEY
-from ..store.contract import INT64_MAX
+from ..store.contract import INT64_MAX, WorkerEntry
 from ._access import Access, AccessHook
 from ._actions import Actions
 from ._base import COOKIE, first
@@ -128,7 +128,16 @@ class _Dashboard(Actions):
                     last=lasts.get(kind.name),
                 )
             )
-        view = Overview(self.names, counts, flows, rows, schedules, shown, flow_problem)
+        entries: list[WorkerEntry] | None = []
+        if problem is None:
+            try:
+                entries = await store.workers()
+            except Exception as error:  # the registry alone: the rest of the page stands
+                self.unreadable(visitor, error, "worker registry")
+                entries = None
+        view = Overview(
+            self.names, counts, flows, rows, schedules, shown, flow_problem, workers=entries
+        )
         chrome = dataclasses.replace(chrome, problem=problem or refused)
         status = 503 if problem else 400 if refused else 200
         return self.page(chrome, self.title, render_index(chrome, view), status, "index")

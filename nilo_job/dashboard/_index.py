@@ -1,5 +1,6 @@
-"""The overview page: each kind's flow over the last hour, the counts, the first rows of each
-state, and each schedule's next tick."""
+"""The overview page: each kind's flow over the last hour, the counts, the worker processes
+(alive or lost, and the rows each runs), the first rows of each state, and each schedule's next
+tick."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .._types import Flow, Row
+from .._worker.beat import is_alive
+from ..store.contract import WorkerEntry
 from ._chart import bar_chart
 from ._render import Chrome, button, duration, esc, href, scroll_box, when
 from ._table import row_table
@@ -62,6 +65,8 @@ class Overview:
     schedules: Sequence[ScheduleView]
     shown: int
     flow_problem: str | None = None
+    workers: Sequence[WorkerEntry] | None = ()
+    """The worker registry's entries; None when it could not be read."""
 
 
 def render_index(chrome: Chrome, view: Overview) -> str:
@@ -70,6 +75,7 @@ def render_index(chrome: Chrome, view: Overview) -> str:
         f'<section id="flow"><div class="section-head"><h2>Last hour</h2>{_refresh(chrome)}'
         f"</div>{_flows(chrome, view)}</section>"
         f'<section id="counts"><h2>Counts</h2>{_counts(chrome, view)}</section>'
+        f'<section id="workers"><h2>Workers</h2>{_workers(chrome, view)}</section>'
         + "".join(
             f'<section id="{state}"><h2>{state.capitalize()}</h2>{_listed(chrome, view, state)}'
             "</section>"
@@ -180,6 +186,42 @@ def _counts(chrome: Chrome, view: Overview) -> str:
         scroll_box(table, "counts by kind and state")
         + '<p class="note">Done rows are the history kept for the queue\'s '
         "<code>retention_ms</code> (an hour by default).</p>"
+    )
+
+
+def _workers(chrome: Chrome, view: Overview) -> str:
+    """The serving processes of the worker registry: alive or lost, and their rows linked."""
+    if view.workers is None:
+        return '<p class="problem" id="workers-problem">The worker registry cannot be read.</p>'
+    if not view.workers:
+        return '<p class="empty" id="none-workers">No worker process is registered.</p>'
+    now = chrome.now_us
+    lines = []
+    for entry in view.workers:
+        alive = is_alive(entry, now)
+        state = "alive" if alive else "lost"
+        running = ", ".join(
+            f'<a href="{href(chrome.base, f"/rows/{row_id}")}">{row_id}</a>'
+            for row_id in entry.running
+        )
+        lines.append(
+            f'<tr data-worker="{esc(entry.id)}" data-state="{state}">'
+            f'<td>{esc(entry.host)}</td><td class="n">{entry.pid}</td>'
+            f"<td>{esc(entry.version)}</td><td>{esc(', '.join(entry.kinds))}</td>"
+            f'<td class="n">{entry.workers}</td><td>{when(entry.started_at, now)}</td>'
+            f"<td>{when(entry.beat_at, now)}</td>"
+            f'<td><span class="badge {state}">{state}</span></td>'
+            f'<td class="running">{running or "–"}</td></tr>'
+        )
+    table = (
+        "<table><thead><tr><th>host</th><th>pid</th><th>version</th><th>kinds</th>"
+        "<th>workers</th><th>started</th><th>last beat</th><th>state</th><th>running</th>"
+        f"</tr></thead><tbody>{''.join(lines)}</tbody></table>"
+    )
+    return scroll_box(table, "worker processes") + (
+        '<p class="note">A process beats every <code>heartbeat_ms</code> (5 s without it) and is '
+        "lost once it has missed three beats; a clean stop removes it, and a lost one is "
+        "forgotten an hour after its last beat.</p>"
     )
 
 

@@ -18,19 +18,22 @@ table while a deploy rolls (or after it is rolled back). `check()` (at the start
                 nilo_jobs_done (done rows kept as history) and nilo_jobs_paused (paused kinds)
     version 4   + snoozes: how many times a row's runs snoozed (`job.Snooze`), 0 by default
     version 5   + trace: the W3C trace context of the row's push (OpenTelemetry), or NULL
+    version 6   + the table nilo_jobs_workers: the registry of serving processes (one entry
+                each, written at every beat); no column of nilo_jobs changes
 """
 
 from __future__ import annotations
 
 from .._errors import StoreUnavailable
 
-VERSION = 5
+VERSION = 6
 """The version of the table this nilo-job writes."""
 
 COMPATIBLE_FROM = 1
 """The oldest version whose nilo-job still works on a table of this version: every step so far
 only adds nullable columns, columns with a default (`snoozes`, which an older nilo-job's inserts
-leave to it) and tables of their own, which an older nilo-job neither reads nor needs."""
+leave to it) and tables of their own (`nilo_jobs_workers`), which an older nilo-job neither reads
+nor needs."""
 
 Recorded = tuple[int, int] | None
 """What `nilo_jobs_version` says: (version, compatible_from), or None when there is no record."""
@@ -42,7 +45,9 @@ COLUMNS_1 = frozenset(
 COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker", "snoozes", "trace"}
 """The columns this version reads and writes."""
 
-STEPS = {2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4", 5: "upgrade_to_5"}
+STEPS = {
+    2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4", 5: "upgrade_to_5", 6: "upgrade_to_6",
+}  # fmt: skip
 """The statement that brings a table to each version from the one before."""
 
 
@@ -124,6 +129,9 @@ def check(where: str, target: str, columns: set[str], recorded: Recorded) -> Non
         )
     if COLUMNS - columns:
         raise older(where, target, version_of(columns, recorded))
+    if recorded is not None and recorded[0] < VERSION:
+        # A step that adds a table of its own (version 6) changes no column: the record says.
+        raise older(where, target, recorded[0])
 
 
 def _newer(version: int, where: str) -> StoreUnavailable:

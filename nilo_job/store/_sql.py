@@ -1,6 +1,7 @@
 """What the two SQL stores share: their named statements (`load`, from a package's
 `queries.sql`), the parameters of an end and of a keep, the statements of `find` and `count`, and
-reading a stored row back into the values the queue uses."""
+reading a stored row back into the values the queue uses; a worker registry entry written and
+read back."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .contract import (
     RowView,
     Snoozed,
     Where,
+    WorkerEntry,
     check_state,
 )
 
@@ -295,3 +297,32 @@ def unwrap_django(tx: object) -> object:
         )
     tx.ensure_connection()
     return tx.connection  # type: ignore[attr-defined]
+
+
+def entry_params(entry: WorkerEntry) -> dict[str, object]:
+    """The parameters of `worker_register` for `entry`: lists as JSON text."""
+    return {
+        "id": entry.id, "host": entry.host, "pid": entry.pid, "version": entry.version,
+        "kinds": json.dumps(list(entry.kinds)), "workers": entry.workers,
+        "beat_ms": entry.beat_ms, "started_at": entry.started_at, "beat_at": entry.beat_at,
+        "running": json.dumps(list(entry.running)),
+    }  # fmt: skip
+
+
+def worker_entry(row: Any) -> WorkerEntry:
+    """A row of `nilo_jobs_workers` (the columns `workers` selects) as a `WorkerEntry`; a list
+    that does not read as JSON is read as empty."""
+    return WorkerEntry(
+        id=str(row[0]), host=str(row[1]), pid=int(row[2]), version=str(row[3]),
+        kinds=tuple(str(kind) for kind in _json_list(row[4])), workers=int(row[5]),
+        beat_ms=int(row[6]), started_at=int(row[7]), beat_at=int(row[8]),
+        running=tuple(int(n) for n in _json_list(row[9]) if isinstance(n, int)),
+    )  # fmt: skip
+
+
+def _json_list(text: object) -> list[Any]:
+    try:
+        found = json.loads(text) if isinstance(text, str | bytes) else None
+    except ValueError:
+        return []
+    return found if isinstance(found, list) else []

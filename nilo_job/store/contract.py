@@ -46,6 +46,7 @@ __all__ = [
     "Snoozed",
     "Store",
     "Where",
+    "WorkerEntry",
     "check_state",
     "limited",
     "listed",
@@ -104,6 +105,10 @@ class Claimed:
     is how many times its runs have snoozed so far (`Snoozed`); `trace` is the trace context
     its push recorded (`NewRow.trace`), or None.
 
+    `retaken_from` is None for a row the claim found queued. For a row it took back from another
+    claim whose lease had run out (state `running`, `lease_until` at or before the claim's now),
+    it is the worker ("host:pid") that held that claim, or "" when the row does not say.
+
     `unreadable` says why, when the store could not read the row as nilo-job writes it (a
     payload stored as a BLOB, a column of the wrong type: a row some other program wrote). The
     queue then kills the row as `BadPayload` without running it, and every other row runs.
@@ -118,6 +123,7 @@ class Claimed:
     unreadable: str | None = None
     snoozes: int = 0
     trace: str | None = None
+    retaken_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +270,28 @@ class RowView:
         return (self.run_at, self.id)
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerEntry:
+    """A serving process as the registry (`nilo_jobs_workers`) keeps it.
+
+    `id` is "host:pid:started_at", unique per run of serve; `version` is nilo-job's version in
+    that process; `kinds` the kinds it serves; `workers` how many rows it runs at once;
+    `beat_ms` how often it beats (milliseconds); `started_at` when its serve started and
+    `beat_at` its last beat (µs since the epoch); `running` the ids of the rows it held then.
+    """
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    kinds: tuple[str, ...]
+    workers: int
+    beat_ms: int
+    started_at: int
+    beat_at: int
+    running: tuple[int, ...] = ()
+
+
 ROW_STATES = ("queued", "running", "dead", "done")
 """The states a stored row can be in; `done` rows are kept only for the queue's retention."""
 
@@ -372,7 +400,8 @@ class Store(Protocol):
         """Take up to `limit` rows of `kinds`, in `run_at` order: queued rows due at `now_us`, and
         running rows whose lease ran out by `now_us`. Each becomes `running` until
         `lease_until_us` with `attempts` one higher, started at `now_us` by `worker` ("host:pid"),
-        and is answered with its `snoozes` and `trace`. Rows of other kinds are never touched.
+        and is answered with its `snoozes`, `trace` and, for a running row taken back, the
+        worker that held it (`Claimed.retaken_from`). Rows of other kinds are never touched.
 
         `limits` holds the kinds with a concurrency limit, each with its limit (a kind of it
         not among `kinds` is not claimed). The queue passes it only when it has such kinds.
@@ -467,3 +496,32 @@ class Store(Protocol):
 
     async def oldest_due(self, now_us: int) -> dict[str, int]:
         """For each kind with queued rows due by `now_us`, the `run_at` of its oldest one."""
+
+    # ---------------------------------------------------------------- the worker registry
+
+    async def register(self, entry: WorkerEntry) -> None:
+        """Record `entry`, a serving process, in the registry (an entry of the same id is
+        written over: its beat and running rows)."""
+
+    async def beat(
+        self,
+        entry_id: str,
+        now_us: int,
+        running: Sequence[int],
+        renew_until_us: int | None,
+        worker: str,
+        forget_before_us: int,
+    ) -> bool:
+        """A beat of entry `entry_id`: its `beat_at` becomes `now_us` and its `running` the
+        ids given. With `renew_until_us`, the leases of those of `running` that are still
+        `running` rows claimed by `worker` ("host:pid") are renewed to it (never shortened),
+        in one statement whatever their number. Entries other than this one whose last beat is
+        before `forget_before_us` are deleted. False when there was no entry `entry_id` (it was
+        forgotten: the caller registers again)."""
+
+    async def unregister(self, entry_id: str) -> None:
+        """Delete entry `entry_id` (a clean stop); nothing when there is none."""
+
+    async def workers(self) -> list[WorkerEntry]:
+        """Every entry of the registry, by `started_at` then id. Memory knows this process's
+        alone."""

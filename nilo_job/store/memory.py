@@ -8,6 +8,7 @@ to check, at push.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from .contract import (
     RowView,
     Snoozed,
     Where,
+    WorkerEntry,
     check_state,
     limited,
     listed,
@@ -70,6 +72,7 @@ class Memory:
         self._lock = threading.Lock()
         self._history: dict[int, _Row] = {}  # done rows, in the order they finished
         self._paused: dict[str, int] = {}
+        self._entries: dict[str, WorkerEntry] = {}  # the registry: this process's serves
 
     def __repr__(self) -> str:
         return f"job.Memory(bytes={self.capacity}, max_payload={self.max_payload})"
@@ -168,32 +171,35 @@ class Memory:
                 if free and len(taken) < limit:
                     left = limit - len(taken)
                     taken += self._claim(set(free), now_us, lease_until_us, left, worker)
-                taken.sort(key=lambda row: (row.run_at, row.id))
+                taken.sort(key=lambda pair: (pair[0].run_at, pair[0].id))
             return [
                 Claimed(
                     row.id, row.kind, row.payload, row.attempts, row.run_at, row.unique_key,
-                    None, row.snoozes, row.trace,
+                    None, row.snoozes, row.trace, held,
                 )
-                for row in taken
+                for row, held in taken
             ]  # fmt: skip
 
     def _claim(
         self, kinds: set[str], now_us: int, lease_until_us: int, limit: int, worker: str | None
-    ) -> list[_Row]:
-        """(under the lock) `claim` of up to `limit` rows of `kinds`, none limited."""
+    ) -> list[tuple[_Row, str | None]]:
+        """(under the lock) `claim` of up to `limit` rows of `kinds`, none limited: each row
+        taken with the worker that held it when it was running under a lease that ran out
+        ("" when unknown), or None when it was queued."""
         queued = self._take(self._due, now_us, limit, kinds, "queued")
         expired = self._take(self._leases, now_us, limit, kinds, "running")
         both = sorted(queued + expired, key=lambda row: (row.run_at, row.id))
         taken, left = both[:limit], both[limit:]
         for row in left:  # due but past the limit: back in their heaps, unchanged
             self._index(row)
+        held = [(row, (row.worker or "") if row.state == "running" else None) for row in taken]
         for row in taken:
             row.state = "running"
             row.lease_until = lease_until_us
             row.attempts += 1
             row.started_at, row.worker = now_us, worker
             heapq.heappush(self._leases, (lease_until_us, row.id))
-        return taken
+        return held
 
     def _running(self, kind: str, now_us: int) -> int:
         """(under the lock) How many rows of `kind` run under a live lease at `now_us`."""
@@ -486,6 +492,52 @@ class Memory:
             for row in (*self._rows.values(), *self._history.values()):
                 counts[(row.kind, row.state)] = counts.get((row.kind, row.state), 0) + 1
         return counts
+
+    # ---------------------------------------------------------------- the worker registry
+
+    async def register(self, entry: WorkerEntry) -> None:
+        with self._lock:
+            self._entries[entry.id] = entry
+
+    async def beat(
+        self,
+        entry_id: str,
+        now_us: int,
+        running: Sequence[int],
+        renew_until_us: int | None,
+        worker: str,
+        forget_before_us: int,
+    ) -> bool:
+        with self._lock:
+            if renew_until_us is not None:
+                for row_id in running:
+                    row = self._rows.get(row_id)
+                    if (
+                        row is not None
+                        and row.state == "running"
+                        and row.worker == worker
+                        and renew_until_us > row.lease_until
+                    ):
+                        row.lease_until = renew_until_us
+                        heapq.heappush(self._leases, (renew_until_us, row.id))
+            for other in [e for e in self._entries.values() if e.id != entry_id]:
+                if other.beat_at < forget_before_us:
+                    del self._entries[other.id]
+            entry = self._entries.get(entry_id)
+            if entry is None:
+                return False
+            self._entries[entry_id] = dataclasses.replace(
+                entry, beat_at=now_us, running=tuple(running)
+            )
+            return True
+
+    async def unregister(self, entry_id: str) -> None:
+        with self._lock:
+            self._entries.pop(entry_id, None)
+
+    async def workers(self) -> list[WorkerEntry]:
+        with self._lock:
+            return sorted(self._entries.values(), key=lambda e: (e.started_at, e.id))
 
 
 @dataclass(slots=True)

@@ -123,7 +123,13 @@ def test_check_of_a_function_building_the_queue(tmp_path: Path) -> None:
         "",
     )
     done = check(tmp_path, "broken:fine", "--json")
-    assert json.loads(done.stdout) == {"ok": True, "kinds": ["fine"], "lease_ms": 61_000}
+    assert json.loads(done.stdout) == {
+        "ok": True,
+        "kinds": ["fine"],
+        "lease_ms": 61_000,
+        "renamed": [],
+        "stranded": [],
+    }
 
 
 def test_check_of_one_refusal_says_it_as_before(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ async def test_a_running_row_is_claimed_again_only_once_its_lease_ran_out(
     assert (await store.claim(["a"], t, t + 100, 1))[0].attempts == 1
     assert await store.claim(["a"], t + 99, t + 199, 1) == []
     again = await store.claim(["a"], t + 100, t + 200, 1)
-    assert again == [Claimed(row, "a", P, 2, t, None)]
+    assert again == [Claimed(row, "a", P, 2, t, None, retaken_from="")]  # held by no named worker
     assert await store.stats() == (0, 1, 0)
 
 
@@ -138,7 +138,8 @@ async def test_a_row_pushed_with_a_lease_is_taken_again_once_it_ran_out(
 ) -> None:
     (row,) = await store.push([NewRow("a", P, t, None, lease_until=t + 100)])
     assert await store.claim(["a"], t + 99, t + 199, 1) == []
-    assert await store.claim(["a"], t + 100, t + 200, 1) == [Claimed(row, "a", P, 2, t, None)]
+    taken = await store.claim(["a"], t + 100, t + 200, 1)
+    assert taken == [Claimed(row, "a", P, 2, t, None, retaken_from="")]
 
 
 async def test_done_deletes_the_row_and_frees_its_key(store: Store, t: int) -> None:

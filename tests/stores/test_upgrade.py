@@ -1,10 +1,10 @@
 """A table made by an earlier nilo-job (version 1, before versions were recorded, and versions
-2, 3 and 4) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while
+2, 3, 4 and 5) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while
 workers of that version run.
 
 The older tables and their statements are the ones nilo-job shipped then
-(`tests/helpers/schema_v1/`, `schema_v2/`, `schema_v3/`, `schema_v4/`), so "an old worker" here
-runs the old statements for real against the upgraded table.
+(`tests/helpers/schema_v1/` to `schema_v5/`), so "an old worker" here runs the old statements
+for real against the upgraded table.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import nilo_job as job
 from tests.helpers import ROOT
 
 SCHEMAS = ROOT / "tests" / "helpers"
-"""Where `schema_v1/` to `schema_v4/` are: the tables and statements of those versions."""
+"""Where `schema_v1/` to `schema_v5/` are: the tables and statements of those versions."""
 T = 1_700_000_000_000_000
 LEASE = 61_000_000
 
@@ -74,12 +74,18 @@ class Db:
 
     def push(self, conn: Any, payload: str) -> list[Any]:
         """An old worker's push of a queued "mail" row due at T, without a unique key."""
+        if self.kind == "sqlite" and self.version >= 5:
+            return self.run(
+                conn, "push", ("mail", payload, "queued", T, 0, None, None, None, None, None, None)
+            )
         if self.kind == "sqlite" and self.version >= 3:
             return self.run(
                 conn, "push", ("mail", payload, "queued", T, 0, None, None, None, None, None)
             )
         if self.kind == "sqlite":
             return self.run(conn, "push", ("mail", payload, "queued", T, 0, None, None))
+        if self.version >= 5:
+            return self.run(conn, "push", ("mail", payload, T, None, None))
         if self.version >= 3:
             return self.run(conn, "push", ("mail", payload, T, None))
         return self.run(conn, "push", ("mail", payload, T))
@@ -124,12 +130,12 @@ ran: list[tuple[str, int]] = []
 
 @pytest.fixture(
     params=[
-        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("sqlite", 4), ("postgres", 1),
-        ("postgres", 2), ("postgres", 3), ("postgres", 4),
+        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("sqlite", 4), ("sqlite", 5),
+        ("postgres", 1), ("postgres", 2), ("postgres", 3), ("postgres", 4), ("postgres", 5),
     ],
     ids=[
-        "sqlite-v1", "sqlite-v2", "sqlite-v3", "sqlite-v4", "postgres-v1", "postgres-v2",
-        "postgres-v3", "postgres-v4",
+        "sqlite-v1", "sqlite-v2", "sqlite-v3", "sqlite-v4", "sqlite-v5", "postgres-v1",
+        "postgres-v2", "postgres-v3", "postgres-v4", "postgres-v5",
     ],
 )  # fmt: skip
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
@@ -141,7 +147,10 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     else:
         url: str = request.getfixturevalue("pg_url")
         with psycopg.connect(url, autocommit=True) as conn:
-            for table in ("nilo_jobs", "nilo_jobs_version", "nilo_jobs_done", "nilo_jobs_paused"):
+            for table in (
+                "nilo_jobs", "nilo_jobs_version", "nilo_jobs_done", "nilo_jobs_paused",
+                "nilo_jobs_workers",
+            ):  # fmt: skip
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
         found = Db("postgres", url, None, version)
     with found.connect() as conn:
@@ -175,7 +184,7 @@ async def test_an_older_table_is_refused_with_the_command_that_upgrades_it(db: D
         with pytest.raises(job.StoreUnavailable) as refused:
             await table.check()
         message = str(refused.value)
-        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 5"
+        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 6"
         assert said in message
         target = db.url if db.kind == "sqlite" else db.url.removeprefix("postgresql://postgres@")
         assert "run `nilo-job migrate " in message
@@ -199,6 +208,8 @@ async def test_the_upgrade_keeps_every_row_and_the_queue_runs_them(db: Db) -> No
         with db.connect() as conn:
             added = conn.execute("SELECT id, snoozes, trace FROM nilo_jobs ORDER BY id").fetchall()
         assert [tuple(row) for row in added] == [(n, 0, None) for n in range(1, 7)]
+        with db.connect() as conn:  # version 6's registry, empty
+            assert tuple(conn.execute("SELECT count(*) FROM nilo_jobs_workers").fetchone()) == (0,)
         for n in range(1, 7):
             kept = await jobs.row(n)
             assert kept is not None
@@ -234,7 +245,7 @@ def test_migrate_upgrades_and_says_so_and_again_changes_nothing(db: Db) -> None:
         assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(5, 1)]
+        assert [tuple(r) for r in recorded] == [(6, 1)]
 
 
 async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> None:
@@ -248,7 +259,7 @@ async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> Non
     assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(5, 1)]
+        assert [tuple(r) for r in recorded] == [(6, 1)]
 
 
 async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db: Db) -> None:

@@ -53,6 +53,19 @@ CREATE TABLE IF NOT EXISTS nilo_jobs_paused (     -- kinds no worker claims (ver
     kind        text    PRIMARY KEY,
     paused_at   bigint  NOT NULL
 );
+CREATE TABLE IF NOT EXISTS nilo_jobs_workers (    -- serving processes (version 6)
+    id          text    PRIMARY KEY,                -- "host:pid:started_at"
+    host        text    NOT NULL,
+    pid         integer NOT NULL,
+    version     text    NOT NULL,                   -- nilo-job's version in that process
+    kinds       text    NOT NULL,                   -- JSON list of the kinds it serves
+    workers     integer NOT NULL,                   -- rows it runs at once
+    beat_ms     integer NOT NULL,                   -- how often it beats
+    started_at  bigint  NOT NULL,                   -- µs, when its serve started
+    beat_at     bigint  NOT NULL,                   -- µs, its last beat
+    running     text    NOT NULL                    -- JSON list of the row ids it holds
+);
+CREATE INDEX IF NOT EXISTS nilo_jobs_workers_beat ON nilo_jobs_workers (beat_at);
 CREATE TABLE IF NOT EXISTS nilo_jobs_version (
     version         integer NOT NULL,   -- the table's version
     compatible_from integer NOT NULL    -- the oldest version whose nilo-job works on it
@@ -81,6 +94,51 @@ ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS snoozes integer NOT NULL DEFAULT 
 -- nullable column without a default: PostgreSQL adds it to the catalog only, rewriting no row,
 -- and a NULL costs a row nothing beyond the bit its null bitmap already has room for.
 ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS trace text;
+
+-- name: upgrade_to_6
+-- Version 6 adds the registry of serving processes, a table of its own (made by `create`, which
+-- runs after the steps): no column of nilo_jobs changes, and an older nilo-job never reads it.
+SELECT 1;
+
+-- name: worker_register
+-- A serving process records itself as its serve starts (again, after its entry was forgotten).
+INSERT INTO nilo_jobs_workers (id, host, pid, version, kinds, workers, beat_ms, started_at,
+                               beat_at, running)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(kinds)s, %(workers)s, %(beat_ms)s,
+        %(started_at)s, %(beat_at)s, %(running)s)
+ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at, running = excluded.running;
+
+-- name: worker_beat
+-- A beat that renews, one statement whatever the number of rows: the leases of the rows this
+-- process holds renewed (never shortened), lost entries past the time they are kept forgotten,
+-- and the process's own entry written. Answers one row when the entry was there. Every scan
+-- has an index.
+WITH renewed AS (
+    UPDATE nilo_jobs SET lease_until = greatest(lease_until, %(until)s)
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND worker = %(worker)s
+    RETURNING id
+), forgotten AS (
+    DELETE FROM nilo_jobs_workers WHERE beat_at < %(forget_before)s AND id <> %(id)s
+)
+UPDATE nilo_jobs_workers SET beat_at = %(now)s, running = %(running)s
+WHERE id = %(id)s
+RETURNING (SELECT count(*) FROM renewed);
+
+-- name: worker_beat_only
+-- A beat with no lease to renew (no heartbeat_ms, or no row held): the same, without the renewal.
+WITH forgotten AS (
+    DELETE FROM nilo_jobs_workers WHERE beat_at < %(forget_before)s AND id <> %(id)s
+)
+UPDATE nilo_jobs_workers SET beat_at = %(now)s, running = %(running)s
+WHERE id = %(id)s
+RETURNING 0;
+
+-- name: worker_unregister
+DELETE FROM nilo_jobs_workers WHERE id = %s;
+
+-- name: workers
+SELECT id, host, pid, version, kinds, workers, beat_ms, started_at, beat_at, running
+FROM nilo_jobs_workers ORDER BY started_at, id;
 
 -- name: has_version
 SELECT count(*) FROM information_schema.tables
@@ -157,16 +215,21 @@ WITH pushed AS (
 SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
 
 -- name: claim
+-- Each row taken is answered with `held`: NULL when it was queued; when it was running under a
+-- lease that ran out, the worker that held it ('' when the row does not say), read before the
+-- update (a CTE sees the table as the statement found it).
 WITH queued AS (
     SELECT id, run_at FROM nilo_jobs
     WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
     ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), expired AS (
-    SELECT id, run_at FROM nilo_jobs
+    SELECT id, run_at, coalesce(worker, '') AS held FROM nilo_jobs
     WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s::text[])
     ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT id, run_at FROM queued UNION ALL SELECT id, run_at FROM expired) AS due
+    SELECT id, held FROM (
+        SELECT id, run_at, NULL::text AS held FROM queued
+        UNION ALL SELECT id, run_at, held FROM expired) AS due
     ORDER BY run_at, id LIMIT %(limit)s
 )
 UPDATE nilo_jobs AS job
@@ -174,7 +237,7 @@ SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 
     started_at = %(now)s, worker = %(worker)s
 FROM picked WHERE job.id = picked.id
 RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
-          job.snoozes, job.trace;
+          job.snoozes, job.trace, picked.held;
 
 -- name: lock_kind
 -- A claim of a kind with a concurrency limit takes this lock first, until its transaction ends:

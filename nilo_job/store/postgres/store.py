@@ -15,6 +15,7 @@ them, forks) is `connections`, and the listener `listen`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +29,15 @@ from ..._errors import Refusal, is_int
 from ..._text import count_of
 from ..._types import Stats
 from .. import _schema
-from .._sql import count_statement, dead_row, find_statement, row_view, unwrap_django
+from .._sql import (
+    count_statement,
+    dead_row,
+    entry_params,
+    find_statement,
+    row_view,
+    unwrap_django,
+    worker_entry,
+)
 from .._target import scrubbed, shown
 from ..contract import (
     LISTED_CHARS,
@@ -40,6 +49,7 @@ from ..contract import (
     NewRow,
     RowView,
     Where,
+    WorkerEntry,
     check_state,
     limited,
 )
@@ -325,7 +335,7 @@ class PostgresTable:
         async def claim(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
             await cur.execute(SQL["claim"], params)
             return [
-                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7])
+                Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7], r[8])
                 for r in await cur.fetchall()
             ]
 
@@ -550,6 +560,54 @@ class PostgresTable:
 
         return await self._connections.run(counts, "a count of the rows", transaction=False)
 
+    # ---------------------------------------------------------------- the worker registry
+
+    async def register(self, entry: WorkerEntry) -> None:
+        params = entry_params(entry)
+
+        async def register(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(SQL["worker_register"], params)
+
+        # On the main pool, as the operator's calls: the workers' pool is the pruner's, and
+        # serve's claims and ends have connections of their own.
+        await self._connections.run(register, "a worker's entry in the registry", transaction=False)
+
+    async def beat(
+        self,
+        entry_id: str,
+        now_us: int,
+        running: Sequence[int],
+        renew_until_us: int | None,
+        worker: str,
+        forget_before_us: int,
+    ) -> bool:
+        ids = list(running) if renew_until_us is not None else []
+        params = {
+            "until": renew_until_us, "ids": "{" + ",".join(str(int(n)) for n in ids) + "}",
+            "worker": worker, "forget_before": forget_before_us, "id": entry_id,
+            "now": now_us, "running": json.dumps(list(running)),
+        }  # fmt: skip
+        name = "worker_beat" if ids else "worker_beat_only"
+
+        async def beat(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(SQL[name], params)
+            return await cur.fetchone() is not None
+
+        return await self._connections.run(
+            beat, "a worker's beat", transaction=False, rows=max(1, len(ids))
+        )
+
+    async def unregister(self, entry_id: str) -> None:
+        async def unregister(conn: psycopg.AsyncConnection[Any]) -> None:
+            await conn.execute(SQL["worker_unregister"], (entry_id,))
+
+        await self._connections.run(
+            unregister, "a worker's leaving the registry", transaction=False
+        )
+
+    async def workers(self) -> list[WorkerEntry]:
+        return [worker_entry(row) for row in await self._all(SQL["workers"])]
+
 
 def _ends(n: int) -> str:
     """How a call that writes `n` ends is named in sentences."""
@@ -585,8 +643,9 @@ def _sqlalchemy_push() -> Any:
 
 
 async def _claimed(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
-    """The rows a `claim` statement answered on `cur`."""
+    """The rows a `claim` statement answered on `cur`, each with the worker it was retaken
+    from (`Claimed.retaken_from`)."""
     return [
-        Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7])
+        Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7], r[8])
         for r in await cur.fetchall()
     ]

@@ -49,6 +49,19 @@ CREATE TABLE IF NOT EXISTS nilo_jobs_paused (     -- kinds no worker claims (ver
     kind        TEXT    PRIMARY KEY,
     paused_at   INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS nilo_jobs_workers (    -- serving processes (version 6)
+    id          TEXT    PRIMARY KEY,                -- "host:pid:started_at"
+    host        TEXT    NOT NULL,
+    pid         INTEGER NOT NULL,
+    version     TEXT    NOT NULL,                   -- nilo-job's version in that process
+    kinds       TEXT    NOT NULL,                   -- JSON list of the kinds it serves
+    workers     INTEGER NOT NULL,                   -- rows it runs at once
+    beat_ms     INTEGER NOT NULL,                   -- how often it beats
+    started_at  INTEGER NOT NULL,                   -- µs, when its serve started
+    beat_at     INTEGER NOT NULL,                   -- µs, its last beat
+    running     TEXT    NOT NULL                    -- JSON list of the row ids it holds
+);
+CREATE INDEX IF NOT EXISTS nilo_jobs_workers_beat ON nilo_jobs_workers (beat_at);
 CREATE TABLE IF NOT EXISTS nilo_jobs_version (
     version         INTEGER NOT NULL,   -- the table's version
     compatible_from INTEGER NOT NULL    -- the oldest version whose nilo-job works on it
@@ -74,6 +87,37 @@ ALTER TABLE nilo_jobs ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
 -- Version 5 keeps the W3C trace context of each row's push (OpenTelemetry), NULL without one. An
 -- older nilo-job never names the column, and its inserts leave it NULL.
 ALTER TABLE nilo_jobs ADD COLUMN trace TEXT;
+
+-- name: upgrade_to_6
+-- Version 6 adds the registry of serving processes, a table of its own (made by `create`, which
+-- runs before the steps): no column of nilo_jobs changes, and an older nilo-job never reads it.
+SELECT 1;
+
+-- name: worker_register
+-- A serving process records itself as its serve starts (again, after its entry was forgotten).
+INSERT INTO nilo_jobs_workers (id, host, pid, version, kinds, workers, beat_ms, started_at,
+                               beat_at, running)
+VALUES (:id, :host, :pid, :version, :kinds, :workers, :beat_ms, :started_at, :beat_at, :running)
+ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at, running = excluded.running;
+
+-- name: worker_renew
+-- The leases of the rows this process holds, renewed at its beat in one statement whatever
+-- their number (never shortened).
+UPDATE nilo_jobs SET lease_until = max(coalesce(lease_until, 0), :until)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running' AND worker = :worker;
+
+-- name: worker_forget
+DELETE FROM nilo_jobs_workers WHERE beat_at < :forget_before AND id <> :id;
+
+-- name: worker_beat
+UPDATE nilo_jobs_workers SET beat_at = :now, running = :running WHERE id = :id;
+
+-- name: worker_unregister
+DELETE FROM nilo_jobs_workers WHERE id = ?;
+
+-- name: workers
+SELECT id, host, pid, version, kinds, workers, beat_ms, started_at, beat_at, running
+FROM nilo_jobs_workers ORDER BY started_at, id;
 
 -- name: version
 SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
@@ -123,6 +167,17 @@ WHERE id IN (
     )
     ORDER BY run_at, id LIMIT :limit)
 RETURNING id, kind, payload, attempts, run_at, unique_key, snoozes, trace;
+
+-- name: expired
+-- The running rows of :kinds whose lease ran out by :now that `claim` may take back, each with
+-- the worker that held it ('' when the row does not say): read just before `claim`, in its
+-- write transaction, since SQLite's RETURNING answers only the values the update wrote. The
+-- rows `claim` answers that are among these were retaken. It walks `nilo_jobs_lease` as the
+-- claim does, and finds nothing at once while no lease ran out.
+SELECT id, coalesce(worker, '') FROM nilo_jobs
+WHERE state = 'running' AND lease_until <= :now
+  AND +kind IN (SELECT value FROM json_each(:kinds))
+ORDER BY lease_until, id LIMIT :limit;
 
 -- name: running
 -- How many rows of one kind run under a live lease at :now: what a kind's concurrency limit

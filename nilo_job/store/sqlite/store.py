@@ -5,8 +5,10 @@ process's lock (`connections`: the thread, its connections, WAL, the busy timeou
 forks), except a single push, which is written on the caller's thread when the write lock is
 free at once (one INSERT costs less than the hop to the thread); this module holds the
 statements and what they answer. A claim is one `UPDATE … RETURNING` that can take
-several rows (with kinds that have a concurrency limit, one count and one such claim per
-limited kind come first, in the same write transaction). Several processes may share one file:
+several rows, after a read of the expired leases it may take back and who held them (`expired`:
+SQLite's RETURNING answers only what the update wrote), in one write transaction (with kinds
+that have a concurrency limit, one count and one such claim per limited kind come first, in the
+same transaction). Several processes may share one file:
 the write lock serialises their claims, and a lost race is a wait, never a "database is locked"
 for you.
 """
@@ -14,6 +16,7 @@ for you.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sqlite3
@@ -29,10 +32,12 @@ from .._sql import (
     count_statement,
     dead_row,
     end_statement,
+    entry_params,
     find_statement,
     keep_values,
     row_view,
     unwrap_django,
+    worker_entry,
 )
 from .._target import shown
 from ..contract import (
@@ -46,6 +51,7 @@ from ..contract import (
     Released,
     RowView,
     Where,
+    WorkerEntry,
     check_state,
     limited,
 )
@@ -278,7 +284,7 @@ class SqliteTable:
         }
 
         def claim(conn: sqlite3.Connection) -> list[Claimed]:
-            return [claimed_row(r) for r in conn.execute(SQL["claim"], params).fetchall()]
+            return _claim_in(conn, params)
 
         claimed = await self._db.call(lambda conn: self._db.write(conn, claim), work=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
@@ -306,10 +312,10 @@ class SqliteTable:
                 room = min(limit - len(taken), most - running)
                 if room > 0:
                     some = {**params, "kinds": json.dumps([kind]), "limit": room}
-                    taken += [claimed_row(r) for r in conn.execute(SQL["claim"], some).fetchall()]
+                    taken += _claim_in(conn, some)
             if free and len(taken) < limit:
                 rest = {**params, "kinds": json.dumps(free), "limit": limit - len(taken)}
-                taken += [claimed_row(r) for r in conn.execute(SQL["claim"], rest).fetchall()]
+                taken += _claim_in(conn, rest)
             return taken
 
         claimed = await self._db.call(lambda conn: self._db.write(conn, claim), work=True)
@@ -487,6 +493,49 @@ class SqliteTable:
             counts[key] = counts.get(key, 0) + n
         return counts
 
+    # ---------------------------------------------------------------- the worker registry
+
+    async def register(self, entry: WorkerEntry) -> None:
+        params = entry_params(entry)
+        await self._db.call(
+            lambda conn: self._db.write(conn, lambda c: c.execute(SQL["worker_register"], params)),
+            work=True,
+        )
+
+    async def beat(
+        self,
+        entry_id: str,
+        now_us: int,
+        running: Sequence[int],
+        renew_until_us: int | None,
+        worker: str,
+        forget_before_us: int,
+    ) -> bool:
+        ids = json.dumps(list(running))
+
+        def beat(conn: sqlite3.Connection) -> bool:
+            # One write transaction: the renewal is one statement whatever the number of rows.
+            if renew_until_us is not None and running:
+                renew = {"until": renew_until_us, "ids": ids, "worker": worker}
+                conn.execute(SQL["worker_renew"], renew)
+            conn.execute(SQL["worker_forget"], {"forget_before": forget_before_us, "id": entry_id})
+            beat = {"now": now_us, "running": ids, "id": entry_id}
+            return conn.execute(SQL["worker_beat"], beat).rowcount == 1
+
+        return await self._db.call(lambda conn: self._db.write(conn, beat), work=True)
+
+    async def unregister(self, entry_id: str) -> None:
+        await self._db.call(
+            lambda conn: self._db.write(
+                conn, lambda c: c.execute(SQL["worker_unregister"], (entry_id,))
+            ),
+            work=True,
+        )
+
+    async def workers(self) -> list[WorkerEntry]:
+        found = await self._db.call(lambda conn: conn.execute(SQL["workers"]).fetchall())
+        return [worker_entry(row) for row in found]
+
 
 def _kind(value: object) -> str:
     """A kind as another program may have written it, as text every reader can show: text that
@@ -547,6 +596,20 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[NewRow]) -> list[int | None
         ).fetchall()  # to the statement's end: its commit, when it is its own transaction
         answers.append(found[0][0] if found else None)
     return answers
+
+
+def _claim_in(conn: sqlite3.Connection, params: Mapping[str, object]) -> list[Claimed]:
+    """The `claim` statement with `params`, in the caller's write transaction: the rows taken,
+    each retaken one with the worker that held it (`Claimed.retaken_from`), which the `expired`
+    statement read just before."""
+    held = dict(conn.execute(SQL["expired"], params).fetchall())
+    taken = [claimed_row(r) for r in conn.execute(SQL["claim"], params).fetchall()]
+    if not held:
+        return taken
+    return [
+        row if row.id not in held else dataclasses.replace(row, retaken_from=held[row.id])
+        for row in taken
+    ]
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -1,0 +1,372 @@
+-- The PostgreSQL store's statements, one named statement each, loaded once by the store.
+-- Times are microseconds since the epoch (bigint), handed in by the queue.
+-- Arrays of numbers go as array literals the store builds ('{1,2,3}', cast on the server): psycopg
+-- would inspect every element to pick the array's type. Arrays of text go in binary (%b): in
+-- text, psycopg quotes every element with a regex; but a claim's kinds, the same every time, go
+-- as a literal the store quotes once and keeps.
+
+-- name: create
+CREATE TABLE IF NOT EXISTS nilo_jobs (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- never reused
+    kind        text    NOT NULL,
+    payload     json    NOT NULL,                   -- the JSON the queue encoded, kept verbatim
+    state       text    NOT NULL CHECK (state IN ('queued', 'running', 'dead')),
+    run_at      bigint  NOT NULL,                   -- due at, µs
+    lease_until bigint,                             -- while running, µs
+    attempts    integer NOT NULL DEFAULT 0,         -- claims so far, this one included
+    unique_key  text,                               -- NULL once the row is dead
+    error       text,                               -- the last failure's exception class name
+    detail      text,                               -- its message
+    died_at     bigint,                             -- µs, while dead
+    traceback   text,                               -- the last failure's traceback (version 2)
+    pushed_at   bigint,                             -- µs, when pushed (version 3)
+    started_at  bigint,                             -- µs, the last attempt's claim (version 3)
+    worker      text,                               -- host:pid that claimed it (version 3)
+    snoozes     integer NOT NULL DEFAULT 0,         -- times its runs snoozed (version 4)
+    trace       text                                -- its push's trace context (version 5)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS nilo_jobs_unique ON nilo_jobs (kind, unique_key)
+    WHERE unique_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS nilo_jobs_due ON nilo_jobs (run_at, id) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS nilo_jobs_lease ON nilo_jobs (lease_until, id) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS nilo_jobs_dead ON nilo_jobs (died_at, id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS nilo_jobs_dead_kind ON nilo_jobs (kind, died_at, id)
+    WHERE state = 'dead';                           -- (version 3)
+CREATE TABLE IF NOT EXISTS nilo_jobs_done (       -- done rows kept as history (version 3)
+    id          bigint  PRIMARY KEY,                -- the id it had in nilo_jobs
+    kind        text    NOT NULL,
+    payload     json    NOT NULL,
+    unique_key  text,                               -- the key it held (released as it finished)
+    run_at      bigint  NOT NULL,
+    pushed_at   bigint,
+    started_at  bigint,                             -- µs, when its last run began
+    finished_at bigint  NOT NULL,                   -- µs, when it ended
+    attempts    integer NOT NULL,
+    worker      text,
+    error       text,                               -- an earlier attempt's failure, if any
+    detail      text,
+    result      text                                -- the JSON its run returned, or NULL
+);
+CREATE INDEX IF NOT EXISTS nilo_jobs_done_finished ON nilo_jobs_done (finished_at, id);
+CREATE INDEX IF NOT EXISTS nilo_jobs_done_kind ON nilo_jobs_done (kind, finished_at, id);
+CREATE TABLE IF NOT EXISTS nilo_jobs_paused (     -- kinds no worker claims (version 3)
+    kind        text    PRIMARY KEY,
+    paused_at   bigint  NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nilo_jobs_version (
+    version         integer NOT NULL,   -- the table's version
+    compatible_from integer NOT NULL    -- the oldest version whose nilo-job works on it
+);
+
+-- name: upgrade_to_2
+-- Version 2 keeps the last failure's traceback beside its name and message. A nullable column
+-- without a default: PostgreSQL adds it to the catalog only, rewriting no row.
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS traceback text;
+
+-- name: upgrade_to_3
+-- Version 3 records when a row was pushed and started and by which worker (nullable columns
+-- without defaults: no row is rewritten), and adds the history of done rows and the paused
+-- kinds (their tables come with `create`).
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS pushed_at bigint;
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS started_at bigint;
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS worker text;
+
+-- name: upgrade_to_4
+-- Version 4 counts each row's snoozes. A constant default: PostgreSQL keeps it in the catalog,
+-- rewriting no row. An older nilo-job never names the column, and its inserts get the default.
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS snoozes integer NOT NULL DEFAULT 0;
+
+-- name: upgrade_to_5
+-- Version 5 keeps the W3C trace context of each row's push (OpenTelemetry), NULL without one. A
+-- nullable column without a default: PostgreSQL adds it to the catalog only, rewriting no row,
+-- and a NULL costs a row nothing beyond the bit its null bitmap already has room for.
+ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS trace text;
+
+-- name: has_version
+SELECT count(*) FROM information_schema.tables
+WHERE table_name = 'nilo_jobs_version' AND table_schema = current_schema();
+
+-- name: version
+SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
+
+-- name: forget_version
+DELETE FROM nilo_jobs_version;
+
+-- name: set_version
+INSERT INTO nilo_jobs_version (version, compatible_from) VALUES (%s, %s);
+
+-- name: columns
+SELECT column_name FROM information_schema.columns
+WHERE table_name = 'nilo_jobs' AND table_schema = current_schema();
+
+-- name: now
+SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- name: push
+-- The common row: queued, no unique key. No ON CONFLICT, whose speculative insertion costs an
+-- extra WAL record even when the key is NULL, and five parameters instead of eleven. The NOTIFY
+-- is in RETURNING, not in a SELECT over a WITH: one plan node fewer (about a fiftieth of a push).
+INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at, trace)
+VALUES (%s, %s::json, 'queued', %s, %s, %s)
+RETURNING id, pg_notify('nilo_jobs', run_at::text);
+
+-- name: push_claimed
+-- A row its pusher claimed for an idle worker of its own (no key): it wakes nobody else.
+INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, lease_until, pushed_at, started_at,
+                       worker, trace)
+VALUES (%s, %s::json, 'running', %s, 1, %s, %s, %s, %s, %s)
+RETURNING id;
+
+-- name: push_row
+-- A row with a unique key (and perhaps claimed by its pusher, which then wakes nobody else).
+-- RETURNING holds no row, and so sends no NOTIFY, when the key was taken.
+INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until, pushed_at,
+                       started_at, worker, trace)
+VALUES (%(kind)s, %(payload)s::json, %(state)s, %(run_at)s, %(attempts)s, %(unique_key)s,
+        %(lease_until)s, %(pushed_at)s, %(started_at)s, %(worker)s, %(trace)s)
+ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id, CASE WHEN state = 'queued' THEN pg_notify('nilo_jobs', run_at::text) END;
+
+-- name: push_bulk
+WITH pushed AS (
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, lease_until, pushed_at,
+                           started_at, worker, trace)
+    SELECT kind, payload::json, CASE WHEN lease_until IS NULL THEN 'queued' ELSE 'running' END,
+           run_at, CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END, lease_until, pushed_at,
+           CASE WHEN lease_until IS NULL THEN NULL ELSE pushed_at END,
+           CASE WHEN lease_until IS NULL THEN NULL ELSE worker END, trace
+    FROM unnest(%(kinds)b::text[], %(payloads)b::text[], %(run_ats)b::bigint[],
+                %(leases)b::bigint[], %(pushed_ats)b::bigint[], %(workers)b::text[],
+                %(traces)b::text[])
+        AS row(kind, payload, run_at, lease_until, pushed_at, worker, trace)
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', (SELECT min(run_at) FROM pushed)::text)
+FROM pushed WHERE id = (SELECT max(id) FROM pushed)
+UNION ALL
+SELECT id, NULL FROM pushed WHERE id <> (SELECT max(id) FROM pushed);
+
+-- name: push_sqlalchemy
+WITH pushed AS (
+    INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease_until,
+                           pushed_at, started_at, worker, trace)
+    VALUES (:kind, CAST(:payload AS json), :state, :run_at, :attempts, :unique_key,
+            CAST(:lease_until AS bigint), CAST(:pushed_at AS bigint), CAST(:started_at AS bigint),
+            CAST(:worker AS text), CAST(:trace AS text))
+    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
+
+-- name: claim
+WITH queued AS (
+    SELECT id, run_at FROM nilo_jobs
+    WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
+    ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, run_at FROM nilo_jobs
+    WHERE state = 'running' AND lease_until <= %(now)s AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT id, run_at FROM queued UNION ALL SELECT id, run_at FROM expired) AS due
+    ORDER BY run_at, id LIMIT %(limit)s
+)
+UPDATE nilo_jobs AS job
+SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
+    started_at = %(now)s, worker = %(worker)s
+FROM picked WHERE job.id = picked.id
+RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
+          job.snoozes, job.trace;
+
+-- name: lock_kind
+-- A claim of a kind with a concurrency limit takes this lock first, until its transaction ends:
+-- claims of one limited kind, in every process, then count and claim one after the other. The
+-- key is a namespace of nilo-job's and a hash of the kind's name (two kinds whose names hash
+-- alike only wait for each other). A transaction's lock: it works behind a pooler in
+-- transaction mode too.
+SELECT pg_advisory_xact_lock(hashtext('nilo_jobs concurrency'), hashtext(%(kind)s));
+
+-- name: running
+-- How many rows of one kind run under a live lease (one that ends after the claim's now): what
+-- its concurrency limit counts. A statement of its own after `lock_kind`, so that its snapshot,
+-- taken once the lock is held, sees what the claim before it committed. It walks
+-- `nilo_jobs_lease` from now on.
+SELECT count(*) FROM nilo_jobs
+WHERE state = 'running' AND lease_until > %(now)s AND kind = %(kind)s;
+
+-- name: done
+-- A running row is asked for as neither queued nor dead, here and in every end below: the
+-- planner then has the primary key alone to find it by, whereas `state = 'running'` lets a plan
+-- chosen while few rows ran walk the whole lease index (whose second column is the id).
+DELETE FROM nilo_jobs WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+
+-- name: keep
+-- A done row moved into the history, in one statement.
+WITH gone AS (
+    DELETE FROM nilo_jobs
+    WHERE id = %(id)s AND state <> 'queued' AND state <> 'dead' AND attempts = %(attempts)s
+    RETURNING *
+), kept AS (
+    INSERT INTO nilo_jobs_done (id, kind, payload, unique_key, run_at, pushed_at, started_at,
+                                finished_at, attempts, worker, error, detail, result)
+    SELECT id, kind, payload, unique_key, run_at, pushed_at,
+           coalesce(%(started_at)s::bigint, started_at), %(finished_at)s, attempts, worker, error,
+           detail, %(result)s
+    FROM gone
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT count(*) FROM gone;
+
+-- name: keep_many
+-- The ends' rows are found by `id = ANY` on the primary key, the one index this statement
+-- leaves the planner (with the workers' `enable_seqscan = off`, and a running row asked for as
+-- neither queued nor dead: see `done`); each row's own values are at its place in the arrays.
+WITH gone AS (
+    DELETE FROM nilo_jobs AS job
+    WHERE job.id = ANY(%(ids)s::bigint[]) AND job.state <> 'queued' AND job.state <> 'dead'
+      AND job.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], job.id)]
+    RETURNING job.id, job.kind, job.payload, job.unique_key, job.run_at, job.pushed_at,
+              job.started_at, job.attempts, job.worker, job.error, job.detail,
+              array_position(%(ids)s::bigint[], job.id) AS at
+), kept AS (
+    INSERT INTO nilo_jobs_done (id, kind, payload, unique_key, run_at, pushed_at, started_at,
+                                finished_at, attempts, worker, error, detail, result)
+    SELECT id, kind, payload, unique_key, run_at, pushed_at,
+           coalesce((%(started)s::bigint[])[at], started_at), (%(finished)s::bigint[])[at],
+           attempts, worker, error, detail, (%(results)b::text[])[at]
+    FROM gone WHERE (%(finished)s::bigint[])[at] IS NOT NULL
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT id FROM gone;
+
+-- name: done_many
+-- As keep_many: by `id = ANY` on the primary key, whatever the planner believes of the table.
+DELETE FROM nilo_jobs AS job
+WHERE job.id = ANY(%(ids)s::bigint[]) AND job.state <> 'queued' AND job.state <> 'dead'
+  AND job.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], job.id)]
+RETURNING job.id;
+
+-- name: retrying
+UPDATE nilo_jobs
+SET state = 'queued', run_at = %s, lease_until = NULL, error = %s, detail = %s, traceback = %s,
+    unique_key = CASE WHEN %s THEN NULL ELSE unique_key END
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+
+-- name: died
+UPDATE nilo_jobs
+SET state = 'dead', died_at = %s, lease_until = NULL, unique_key = NULL, error = %s, detail = %s,
+    traceback = %s
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+
+-- name: released
+UPDATE nilo_jobs
+SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1, started_at = NULL,
+    worker = NULL
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+
+-- name: snoozed
+UPDATE nilo_jobs
+SET state = 'queued', run_at = %s, lease_until = NULL, attempts = attempts - 1,
+    snoozes = snoozes + 1, unique_key = CASE WHEN %s THEN NULL ELSE unique_key END
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+
+-- name: release_key
+UPDATE nilo_jobs SET unique_key = NULL
+WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s
+  AND unique_key IS NOT NULL;
+
+-- name: cancel
+DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
+
+-- name: holding
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
+       detail, traceback, pushed_at, started_at, NULL::bigint, worker, NULL::text, snoozes
+FROM nilo_jobs
+WHERE unique_key = %(key)s AND kind = ANY(%(kinds)s)
+ORDER BY kind;
+
+-- name: counts
+SELECT kind, state, count(*) FROM nilo_jobs GROUP BY kind, state
+UNION ALL
+SELECT kind, 'done', count(*) FROM nilo_jobs_done GROUP BY kind;
+
+-- name: stats
+SELECT (SELECT count(*) FROM nilo_jobs WHERE state = 'queued'),
+       (SELECT count(*) FROM nilo_jobs WHERE state = 'running'),
+       (SELECT count(*) FROM nilo_jobs WHERE state = 'dead'),
+       (SELECT count(*) FROM nilo_jobs_done);
+
+-- name: dead_ones
+-- Each payload's start only, its first LISTED_CHARS + 1 characters (contract.listed).
+SELECT id, kind, error, attempts, left(payload::text, %s), died_at, detail, traceback
+FROM nilo_jobs
+WHERE state = 'dead' ORDER BY died_at DESC, id DESC LIMIT %s;
+
+-- name: retry_dead
+WITH again AS (
+    UPDATE nilo_jobs
+    SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
+        died_at = NULL, started_at = NULL, worker = NULL, snoozes = 0
+    WHERE id = %s AND state = 'dead'
+    RETURNING id, run_at)
+SELECT id, pg_notify('nilo_jobs', run_at::text) FROM again;
+
+-- name: row
+SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
+       detail, traceback, pushed_at, started_at, NULL::bigint, worker, NULL::text, snoozes
+FROM nilo_jobs WHERE id = %(id)s
+UNION ALL
+SELECT id, kind, 'done', payload::text, run_at, attempts, unique_key, NULL, error, NULL, detail,
+       NULL, pushed_at, started_at, finished_at, worker, result, NULL
+FROM nilo_jobs_done WHERE id = %(id)s;
+
+-- name: retry_many
+WITH again AS (
+    UPDATE nilo_jobs
+    SET state = 'queued', run_at = %s, attempts = 0, error = NULL, detail = NULL, traceback = NULL,
+        died_at = NULL, started_at = NULL, worker = NULL, snoozes = 0
+    WHERE id = ANY(%s) AND state = 'dead'
+    RETURNING id, run_at)
+SELECT id, CASE WHEN id = (SELECT min(id) FROM again)
+                THEN pg_notify('nilo_jobs', run_at::text) END
+FROM again;
+
+-- name: cancel_many
+DELETE FROM nilo_jobs WHERE id = ANY(%s) AND state = 'queued' RETURNING id;
+
+-- name: delete_many
+WITH dead AS (
+    DELETE FROM nilo_jobs WHERE id = ANY(%(ids)s) AND state = 'dead' RETURNING id
+), done AS (
+    DELETE FROM nilo_jobs_done WHERE id = ANY(%(ids)s) RETURNING id
+)
+SELECT id FROM dead UNION ALL SELECT id FROM done;
+
+-- name: prune
+-- The oldest done rows by the history's index, then each by its primary key (`id = ANY` of an
+-- array, not `IN` a subquery, which a plan made while the table was small may join by walking
+-- the whole primary key).
+DELETE FROM nilo_jobs_done WHERE id = ANY(ARRAY(
+    SELECT id FROM nilo_jobs_done WHERE finished_at < %s ORDER BY finished_at, id LIMIT %s));
+
+-- name: pause
+INSERT INTO nilo_jobs_paused (kind, paused_at) VALUES (%s, %s) ON CONFLICT (kind) DO NOTHING;
+
+-- name: resume
+DELETE FROM nilo_jobs_paused WHERE kind = %s;
+
+-- name: paused
+SELECT kind, paused_at FROM nilo_jobs_paused;
+
+-- name: ended
+SELECT kind, 'done', finished_at - finished_at %% 60000000 AS minute, count(*)
+FROM nilo_jobs_done WHERE finished_at >= %(since)s GROUP BY kind, minute
+UNION ALL
+SELECT kind, 'dead', died_at - died_at %% 60000000 AS minute, count(*)
+FROM nilo_jobs WHERE state = 'dead' AND died_at >= %(since)s GROUP BY kind, minute;
+
+-- name: durations
+SELECT finished_at - started_at FROM nilo_jobs_done
+WHERE kind = %s AND finished_at >= %s AND started_at IS NOT NULL
+ORDER BY finished_at DESC, id DESC LIMIT %s;
+
+-- name: oldest_due
+SELECT kind, min(run_at) FROM nilo_jobs WHERE state = 'queued' AND run_at <= %s GROUP BY kind;
