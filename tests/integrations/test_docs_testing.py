@@ -12,9 +12,11 @@ from tests.helpers import ROOT
 
 
 def files() -> dict[str, str]:
-    """The page's code blocks that name a file on their first line, by that name."""
+    """The page's code blocks that name a file on their first line, by that name, each whole
+    (its first line too), as a reader copies it."""
     text = (ROOT / "docs" / "testing.md").read_text()
-    return dict(re.findall(r"```(?:python|ini)\n# (\S+)\n(.*?)```", text, flags=re.DOTALL))
+    blocks = re.findall(r"```(?:python|ini)\n(# (\S+)\n.*?)```", text, flags=re.DOTALL)
+    return {name: body for body, name in blocks}
 
 
 def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +49,7 @@ def test_a_loud_drain_shows_the_runs_traceback_and_the_row_it_came_from(tmp_path
     (tmp_path / "test_receipts.py").write_text(failing)
     done = pytest_in(tmp_path, "-k", "sent and memory")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "shop_jobs.py:26: in run\n" in done.stdout
+    assert "shop_jobs.py:27: in run\n" in done.stdout
     assert "E           ConnectionError: the mail provider is down\n" in done.stdout
     assert re.search(
         r"^E           nilo-job: raised by the run of send-receipt row 1, attempt 1 of 3; the row "
