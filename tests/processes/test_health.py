@@ -10,6 +10,7 @@ The SQLite store is made unusable for real by renaming its table under the worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -121,7 +122,7 @@ async def test_sqlite_probes_answer_and_readyz_follows_the_store(
         assert ready(env).returncode == 0
 
         # The table goes away under the worker: the store answers that it has no usable table.
-        with sqlite3.connect(env["NILO_TEST_DB"], timeout=30) as db:
+        with contextlib.closing(sqlite3.connect(env["NILO_TEST_DB"], timeout=30)) as db:
             db.execute("ALTER TABLE nilo_jobs RENAME TO nilo_jobs_away")
         await until_answer(port, "/readyz", 503, NOT_READY)
         assert (await until_answer(port, "/livez", 200)).content == b"ok\n"  # the loop turns
@@ -133,7 +134,7 @@ async def test_sqlite_probes_answer_and_readyz_follows_the_store(
         ), probed.stderr
         assert probed.stderr.count("\n") == 1  # one sentence
 
-        with sqlite3.connect(env["NILO_TEST_DB"], timeout=30) as db:
+        with contextlib.closing(sqlite3.connect(env["NILO_TEST_DB"], timeout=30)) as db:
             db.execute("ALTER TABLE nilo_jobs_away RENAME TO nilo_jobs")
         await until_answer(port, "/readyz", 200, b"ready\n")
         assert ready(env).returncode == 0
