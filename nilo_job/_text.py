@@ -6,12 +6,13 @@ anything its writer put there.
 neither drive a terminal (a window title, a clear screen), nor forge a log line (a newline), nor
 reorder what a line appears to say. The command line's text output and the worker's log use it.
 
-`count_of` says a count in words: "1 row", "2 rows".
+`count_of` says a count in words: "1 row", "2 rows"; `utc_exact` a moment to the µs.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -33,3 +34,15 @@ def count_of(n: int, one: str, many: str | None = None) -> str:
 def _escape(found: re.Match[str]) -> str:
     code = ord(found.group())
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def utc_exact(us: int | None) -> str:
+    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff UTC`, "-" for None, and a
+    moment no date holds as `N µs`."""
+    if us is None:
+        return "-"
+    try:
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+    except OverflowError:
+        return f"{us} µs"
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")

@@ -15,11 +15,11 @@ traceback and a note naming the kind, the row, the attempt and what became of th
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
 
 from .._bounds import moment
 from .._kinds import Kind
 from .._process import worker
+from .._text import utc_exact
 from ..store.contract import Died, End, Retrying, Snoozed
 from .parts import Parts
 from .pauses import unpaused, with_aliases
@@ -106,12 +106,7 @@ def _noted(ran: Ran, kind: Kind, row_id: int) -> BaseException:
 def _fate(end: End | None) -> str:
     """What became of a row after its run raised, for a test's reader."""
     if isinstance(end, Retrying):
-        return f"the row is queued again for {_utc(end.run_at)}"
+        return f"the row is queued again for {utc_exact(end.run_at)}"
     if isinstance(end, Died):
         return f"the row is dead ({end.error})"
     return "the row was not ended here"
-
-
-def _utc(us: int) -> str:
-    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")

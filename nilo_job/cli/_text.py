@@ -17,6 +17,7 @@ import click
 
 from .. import _bounds
 from .._text import printable
+from .._text import utc_exact as utc_exact  # the commands' exact times, shared
 
 ROW_ID = click.IntRange(_bounds.ROW_ID.least, _bounds.ROW_ID.most)  # 64-bit on every store
 WORKERS = click.IntRange(_bounds.WORKERS.least, _bounds.WORKERS.most)
@@ -45,18 +46,6 @@ def utc(us: int) -> str:
     except OverflowError:
         return f"{us} µs"
     return moment.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def utc_exact(us: int | None) -> str:
-    """Microseconds since the epoch as `YYYY-MM-DD HH:MM:SS.ffffff UTC`, "-" for None, and a
-    moment no date holds as `N µs`."""
-    if us is None:
-        return "-"
-    try:
-        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
-    except OverflowError:
-        return f"{us} µs"
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
 def compact(value: Any, width: int = 60) -> str:
