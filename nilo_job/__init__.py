@@ -25,6 +25,7 @@ from ._jobs import Jobs
 from ._schedule import Cron, Every, Schedule, cron, every
 from ._spaces import MemorySpace, RedisSpace, Space
 from ._types import (
+    Attempt,
     Dead,
     Exponential,
     Fixed,
@@ -48,6 +49,7 @@ from .store.contract import Store
 from .store.memory import Memory
 
 __all__ = [
+    "Attempt",
     "BadPayload",
     "Cron",
     "Dead",

@@ -542,8 +542,9 @@ class Jobs:
 
     async def row(self, row_id: int) -> Row | None:
         """A row's whole story: its state, payload, times, attempt, lease and worker, the last
-        error (name, message, traceback), and for a done row what its run returned (`result`).
-        A done row is found while it is kept (`retention_ms`).
+        error (name, message, traceback), for a done row what its run returned (`result`), and
+        its newest 20 attempts, oldest first (`attempts_log`). A done row is found while it is
+        kept (`retention_ms`).
 
         Returns:
             The row, or None when there is no row with that id (any more).
@@ -641,9 +642,11 @@ class Jobs:
         return await self.store.paused()
 
     async def flow(self, *, minutes: int = 60) -> list[Flow]:
-        """Per kind, the last `minutes` minutes (1 to 1,440): rows done and died per minute,
-        run durations (p50, p95 of the last 1,000 done rows), and how long the oldest due row
-        has waited (queue latency), with the counts now and whether the kind is paused.
+        """Per kind, the last `minutes` minutes (1 to 1,440): rows done (while history keeps
+        them) and deaths per minute (each counted in its minute, also after its row was retried
+        or deleted), run durations (p50, p95 of the last 1,000 done rows), and how long the
+        oldest due row has waited (queue latency), with the counts now and whether the kind is
+        paused.
 
         Raises:
             Refusal: `minutes` is out of range.

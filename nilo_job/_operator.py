@@ -77,7 +77,7 @@ def row_of(view: RowView, *, in_list: bool = False) -> Row:
         started_at=view.started_at, finished_at=view.finished_at, died_at=view.died_at,
         lease_until=view.lease_until, worker=view.worker, error=view.error, message=view.detail,
         traceback=view.traceback, result=result, unreadable=view.unreadable,
-        payload_cut=short is not None, snoozes=view.snoozes,
+        payload_cut=short is not None, snoozes=view.snoozes, attempts_log=view.attempts_log,
     )  # fmt: skip
 
 

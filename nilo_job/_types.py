@@ -345,6 +345,40 @@ def is_unicode(text: str) -> bool:
     return True
 
 
+ATTEMPTS_KEPT = 20
+"""How many attempts a row keeps (`Row.attempts_log`): the newest 20; older ones are forgotten."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a row, as `Row.attempts_log` keeps it (the newest `ATTEMPTS_KEPT`, 20).
+
+    `attempt` is the attempt's number as the row counted it then (1 for the first; a row
+    retried by an operator counts from 1 again; a snooze or a row given back does not count).
+    `outcome` is how it ended: "done", "retrying" (failed, tried again later), "dead" (failed
+    for the last time), "snoozed" (`job.Snooze`), "released" (given back unrun by a worker
+    stopping past its grace), "lost" (its worker stopped being heard from, and another took the
+    row back after the lease ran out). Times are µs since the epoch: `started_at` (its claim;
+    for "done" when its run began; None for "lost", or when the row does not say), `ended_at`
+    (for "lost", when the row was taken back). `worker` is "host:pid" of the process that held
+    it; `error`, `message` and `traceback` are its failure's class name, message and traceback
+    (None when it did not fail).
+
+    A done attempt is read from the done row itself; the others are recorded with the end that
+    closes them (a lost one by the worker that took the row back, as its own attempt ends) and
+    deleted with their row.
+    """
+
+    attempt: int
+    outcome: str
+    started_at: int | None
+    ended_at: int
+    worker: str | None = None
+    error: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """A row's whole story, as `jobs.row(id)` and `jobs.find(...)` read it.
@@ -358,7 +392,9 @@ class Row:
     (running). `worker` is "host:pid" of the process that ran the last attempt. `error`,
     `message` and `traceback` are the last failure's class name, message and traceback.
     `snoozes` is how many times its runs snoozed (`job.Snooze`); None for a done row, whose
-    history does not keep it.
+    history does not keep it. `attempts_log` is its attempts, oldest first, a done row's last
+    one the attempt that ended done (the newest 20 of them: `job.Attempt`), read by
+    `jobs.row(id)` only (empty in a list).
 
     `jobs.row(id)` reads the whole payload. A list (`jobs.find`) reads only the start of each:
     a payload whose JSON is longer than 4,096 characters is its first 4,096 characters, as a
@@ -385,6 +421,7 @@ class Row:
     unreadable: str | None = None
     payload_cut: bool = False
     snoozes: int | None = None
+    attempts_log: tuple[Attempt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,12 +437,14 @@ class Found:
 class Flow:
     """One kind's flow, as `jobs.flow()` reads it.
 
-    `done` and `died` count the rows that finished and that died in each minute of the window,
+    `done` and `died` count the rows that finished and the deaths in each minute of the window,
     oldest minute first (`minutes[i]` is the start of minute `i`, µs since the epoch); done rows
-    count only while history is kept. `p50_ms` and `p95_ms` are the run durations of its last
-    1,000 done rows in the window (None without any); `oldest_due_ms` is how long its oldest
-    due row has waited (queue latency; 0 with none waiting); `queued`, `running` and `dead`
-    count its rows now; `paused` says whether the kind is paused.
+    count only while history is kept. A death is an event: an attempt that failed for the last
+    time counts in its minute for a day, also after its row was retried or deleted.
+    `p50_ms` and `p95_ms` are the run durations of its last 1,000 done rows in the window (None
+    without any); `oldest_due_ms` is how long its oldest due row has waited (queue latency; 0
+    with none waiting); `queued`, `running` and `dead` count its rows now; `paused` says whether
+    the kind is paused.
     """
 
     kind: str

@@ -30,10 +30,11 @@ from sqlalchemy import (
 
 
 def nilo_jobs_table(metadata: MetaData) -> Table:
-    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the four tables
+    """Add `nilo_jobs`, its check and its five indexes to `metadata`, with the six tables
     beside it (`nilo_jobs_done`, the history of done rows, `nilo_jobs_paused`, the paused kinds,
-    `nilo_jobs_workers`, the registry of serving processes, and `nilo_jobs_version`, the version
-    `nilo-job migrate` records), and return `nilo_jobs`.
+    `nilo_jobs_workers`, the registry of serving processes, `nilo_jobs_attempts`, each row's
+    attempts, `nilo_jobs_deaths`, deaths counted by the minute, and `nilo_jobs_version`, the
+    version `nilo-job migrate` records), and return `nilo_jobs`.
 
     Args:
         metadata: your application's `sqlalchemy.MetaData` (Alembic's `target_metadata`).
@@ -84,6 +85,28 @@ def nilo_jobs_table(metadata: MetaData) -> Table:
         Column("beat_at", BigInteger, nullable=False),
         Column("running", Text, nullable=False),
         Index("nilo_jobs_workers_beat", "beat_at"),
+    )
+    Table(
+        "nilo_jobs_attempts",
+        metadata,
+        Column("id", BigInteger, Identity(always=True), primary_key=True),
+        Column("row_id", BigInteger, nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("started_at", BigInteger),
+        Column("ended_at", BigInteger, nullable=False),
+        Column("worker", Text),
+        Column("outcome", Text, nullable=False),
+        Column("error", Text),
+        Column("detail", Text),
+        Column("traceback", Text),
+        Index("nilo_jobs_attempts_row", "row_id", "id"),
+    )
+    Table(
+        "nilo_jobs_deaths",
+        metadata,
+        Column("kind", Text, primary_key=True),
+        Column("minute", BigInteger, primary_key=True),
+        Column("deaths", Integer, nullable=False),
     )
     Table(
         "nilo_jobs_paused",

@@ -11,6 +11,7 @@ and last lines, where the call and the raise are).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import traceback as _traceback
 from dataclasses import dataclass
@@ -108,10 +109,30 @@ def decide(
     started_us: int | None = None,
     result: bytes | None = None,
 ) -> End:
+    """The end of one run of `row`, as `end_of` decides it; for a row taken back after its
+    lease ran out, with the worker that lost it (`End.lost_from`)."""
+    end = end_of(kind, row, error, now_us, then, keep=keep, started_us=started_us, result=result)
+    if row.retaken_from is None:
+        return end
+    return dataclasses.replace(end, lost_from=row.retaken_from)
+
+
+def end_of(
+    kind: Kind,
+    row: Claimed,
+    error: BaseException | None,
+    now_us: int,
+    then: NewRow | None = None,
+    *,
+    keep: bool = False,
+    started_us: int | None = None,
+    result: bytes | None = None,
+) -> End:
     """The end of one run of `row`: done, a retry at a time, dead with the error's name, or
     snoozed.
 
-    A done row is kept as history when `keep` (the queue's retention is on), finished at
+    Every end records its attempt, ended at `now_us` (`ended_at`). A done row is kept as
+    history when `keep` (the queue's retention is on), finished at
     `now_us`, started at `started_us`, with the JSON bytes of what its run returned (`result`).
 
     The failure's name, message and traceback are kept as text every store can hold
@@ -130,11 +151,11 @@ def decide(
     """
     if error is None:
         if keep:
-            return Done(row.id, row.attempts, then, now_us, started_us, result)
-        return Done(row.id, row.attempts, then)
+            return Done(row.id, row.attempts, then, now_us, started_us, result, now_us)
+        return Done(row.id, row.attempts, then, ended_at=now_us)
     if isinstance(error, Snooze) and row.snoozes < kind.snoozes:
         run_at = min(now_us + error.ms * 1_000, INT64_MAX)
-        return Snoozed(row.id, row.attempts, run_at, then is not None, then)
+        return Snoozed(row.id, row.attempts, run_at, then is not None, then, now_us)
     failure = describe(error)
     name, message, trace = failure.name, failure.message, failure.traceback
     cause = error
@@ -145,10 +166,12 @@ def decide(
         told = describe(cause)
         name, message, trace = told.name, told.message, told.traceback
     if is_last(kind, row.attempts) or (kind.is_final(cause) and not isinstance(cause, TimedOut)):
-        return Died(row.id, row.attempts, now_us, name, message, then, trace)
+        return Died(row.id, row.attempts, now_us, name, message, then, trace, now_us)
     wait_ms = error.ms if isinstance(error, RetryIn) else kind.retry.wait_ms(row.attempts)
     run_at = min(now_us + wait_ms * 1_000, INT64_MAX)  # a time every store can keep
-    return Retrying(row.id, row.attempts, run_at, name, message, then is not None, then, trace)
+    return Retrying(
+        row.id, row.attempts, run_at, name, message, then is not None, then, trace, now_us
+    )
 
 
 def over_snoozes(snoozes: int, most: int) -> str:

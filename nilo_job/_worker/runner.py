@@ -155,7 +155,17 @@ class Runner:
     ) -> Ran:
         """Kill `row` as `BadPayload` without running it: `why` says what is wrong with it."""
         detail = storable(f"{why} (the row did not run)", MESSAGE_CHARS)
-        end = Died(row.id, row.attempts, clock(), BadPayload.__name__, detail, then)
+        died_at = clock()
+        end = Died(
+            row.id,
+            row.attempts,
+            died_at,
+            BadPayload.__name__,
+            detail,
+            then,
+            ended_at=died_at,
+            lost_from=row.retaken_from,
+        )
         await self.ends.end(Ending(kind, row, end))
         return Ran(False, end, BadPayload(detail))
 
@@ -198,7 +208,10 @@ class Runner:
                 error = cancelled  # raised by the run itself: a failure like any other
             elif kind.is_async or not execution.thread_started or execution.done:
                 # The worker is shutting down past its grace: give the row back unrun.
-                given_back = Released(row.id, row.attempts, clock())
+                now = clock()
+                given_back = Released(
+                    row.id, row.attempts, now, ended_at=now, lost_from=row.retaken_from
+                )
                 ending = Ending(kind, row, given_back, time.monotonic() - began)
                 writing = asyncio.ensure_future(self.ends.end(self._with_progress(ending)))
                 self.stopped[row.id] = writing

@@ -13,7 +13,7 @@ import click
 from .._errors import Refusal
 from .._operator import read_cursor
 from .._text import printable
-from .._types import Dead, Found, Row, Stats, Where
+from .._types import Attempt, Dead, Found, Row, Stats, Where
 from ._target import Target, open_target, run_on
 from ._text import (
     JSON_OPTION,
@@ -258,7 +258,9 @@ def row_json(row: Row) -> dict[str, Any]:
 def show(target: str, row_id: int, as_json: bool) -> None:
     """Print the row ID's whole story: kind, state, payload, unique key, when it was pushed, due,
     started, finished or died (UTC), attempts, snoozes, lease, worker, the last error's name,
-    message and traceback, and a done row's result. Exits 1 when there is no such row.
+    message, a done row's result, the last traceback, then its attempts (the newest 20), one
+    line each: number, outcome, start and end (UTC), worker, error and message. Exits 1 when there
+    is no such row.
 
     --json prints every field of job.Row, times in microseconds since the epoch.
     """
@@ -295,6 +297,19 @@ def show(target: str, row_id: int, as_json: bool) -> None:
         click.echo("traceback:")
         traceback = printable(row.traceback.rstrip("\n"), lines=True)
         click.echo("\n".join("  " + line for line in traceback.split("\n")))
+    if row.attempts_log:
+        click.echo("attempts:")
+        click.echo("\n".join(attempt_line(attempt) for attempt in row.attempts_log))
+
+
+def attempt_line(attempt: Attempt) -> str:
+    """One attempt on one line: its number, outcome, start and end (UTC), worker, and its
+    failure's name and message (or "-"), `printable`."""
+    failure = "-" if attempt.error is None else f"{attempt.error}: {attempt.message or ''}"
+    return printable(
+        f"  {attempt.attempt:>2}  {attempt.outcome:<8}  {utc_exact(attempt.started_at)}  "
+        f"{utc_exact(attempt.ended_at)}  {attempt.worker or '-'}  {failure}".rstrip()
+    )
 
 
 def fields_text(fields: list[tuple[str, str]]) -> str:

@@ -19,9 +19,10 @@ def _result(row: Row) -> str:
 
 
 def render_row(chrome: Chrome, row: Row) -> str:
-    """The row page's main part, as HTML. The payload, a done row's result, the unique key,
-    the worker, and the last failure's message and traceback are shown only when the
-    dashboard was made with `payloads=True` (each may be personal data)."""
+    """The row page's main part, as HTML, with its attempts as a timeline. The payload, a done
+    row's result, the unique key, the worker (each attempt's too), and the failures' messages
+    and the last traceback are shown only when the dashboard was made with `payloads=True`
+    (each may be personal data)."""
     now = chrome.now_us
     took = ""
     if row.started_at is not None and row.finished_at is not None:
@@ -56,6 +57,8 @@ def render_row(chrome: Chrome, row: Row) -> str:
     parts = [back_link(chrome, row), f'<dl class="fields" id="fields">{"".join(fields)}</dl>']
     if row.error:
         parts.append(f'<section id="error"><h2>Last error</h2>{_error(chrome, row)}</section>')
+    if row.attempts_log:
+        parts.append(_timeline(chrome, row))
     if chrome.payloads:
         parts.append(f'<section id="payload"><h2>Payload</h2>{payload_text(row, None)}</section>')
         if row.state == "done":
@@ -69,6 +72,32 @@ def render_row(chrome: Chrome, row: Row) -> str:
         )
     parts.append(_actions(chrome, row))
     return "".join(parts)
+
+
+def _timeline(chrome: Chrome, row: Row) -> str:
+    """Its attempts, oldest first, one item each: number, outcome, start, end, and with
+    `payloads` the worker and the failure's message (its name always)."""
+    items = []
+    for n, attempt in enumerate(row.attempts_log, 1):
+        outcome = esc(attempt.outcome)
+        parts = [
+            f'<span class="attempt-number">#{attempt.attempt}</span>',
+            f'<span class="state {outcome}">{outcome}</span>',
+            f"started {when(attempt.started_at, chrome.now_us, hint=False) or '–'}",
+            f"ended {when(attempt.ended_at, chrome.now_us, hint=False)}",
+        ]
+        if chrome.payloads:
+            parts.append(f'<span class="worker">{esc(attempt.worker or "–")}</span>')
+        if attempt.error is not None:
+            failure = f'<span class="error">{esc(attempt.error)}</span>'
+            if chrome.payloads and attempt.message:
+                failure += f' <span class="attempt-message">{esc(attempt.message)}</span>'
+            parts.append(failure)
+        items.append(f'<li id="attempt-{n}" class="attempt">{" · ".join(parts)}</li>')
+    return (
+        '<section id="attempts"><h2>Attempts</h2>'
+        f'<ol class="timeline" id="timeline">{"".join(items)}</ol></section>'
+    )
 
 
 def _error(chrome: Chrome, row: Row) -> str:

@@ -162,19 +162,25 @@ def succeeded(result: Any, value: object) -> Any:
 
 
 def from_row(task: Any, row: Row, alias: str) -> Any:
-    """The `TaskResult` of the row `row`, whose payload is the task call of `task`."""
+    """The `TaskResult` of the row `row`, whose payload is the task call of `task`: its
+    `errors` are every failed attempt's (the newest 20 attempts a row keeps), oldest first."""
     from django.tasks.base import TaskError, TaskResultStatus  # type: ignore[import-untyped,unused-ignore]
 
     status = TaskResultStatus(_STATUS[row.state])
     payload = row.payload if isinstance(row.payload, dict) else {}
-    errors = []
-    if row.error:
-        errors.append(
-            TaskError(
-                exception_class_path=class_path(row.error, row.traceback or ""),
-                traceback=row.traceback or f"{row.error}: {row.message or ''}\n",
-            )
+    # Every failed attempt the row keeps, in order; a row whose attempts were not recorded
+    # (ended by an older nilo-job) has its last failure only.
+    failures = [(a.error, a.message, a.traceback) for a in row.attempts_log if a.error]
+    if not failures and row.error:
+        failures = [(row.error, row.message, row.traceback)]
+    errors = [
+        TaskError(
+            exception_class_path=class_path(name, trace or ""),
+            traceback=trace or f"{name}: {message or ''}\n",
         )
+        for name, message, trace in failures
+        if name
+    ]
     result = _result(
         task,
         row.id,

@@ -20,20 +20,26 @@ table while a deploy rolls (or after it is rolled back). `check()` (at the start
     version 5   + trace: the W3C trace context of the row's push (OpenTelemetry), or NULL
     version 6   + the table nilo_jobs_workers: the registry of serving processes (one entry
                 each, written at every beat); no column of nilo_jobs changes
+    version 7   + the tables nilo_jobs_attempts (a row's attempts that did not end done, the
+                newest 20, written with the end that closes each) and nilo_jobs_deaths
+                (deaths by kind and minute, for a day, counted with each death); the upgrade
+                records the death each dead row remembers as its last attempt and counts it
+                in its minute; no column of nilo_jobs changes
 """
 
 from __future__ import annotations
 
 from .._errors import StoreUnavailable
 
-VERSION = 6
+VERSION = 7
 """The version of the table this nilo-job writes."""
 
 COMPATIBLE_FROM = 1
 """The oldest version whose nilo-job still works on a table of this version: every step so far
 only adds nullable columns, columns with a default (`snoozes`, which an older nilo-job's inserts
-leave to it) and tables of their own (`nilo_jobs_workers`), which an older nilo-job neither reads
-nor needs."""
+leave to it) and tables of their own (`nilo_jobs_workers`, `nilo_jobs_attempts`,
+`nilo_jobs_deaths`), which an older nilo-job neither reads nor needs (the ends an older worker
+writes record no attempt and count no death)."""
 
 Recorded = tuple[int, int] | None
 """What `nilo_jobs_version` says: (version, compatible_from), or None when there is no record."""
@@ -47,6 +53,7 @@ COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker", "snooze
 
 STEPS = {
     2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4", 5: "upgrade_to_5", 6: "upgrade_to_6",
+    7: "upgrade_to_7",
 }  # fmt: skip
 """The statement that brings a table to each version from the one before."""
 
@@ -130,7 +137,7 @@ def check(where: str, target: str, columns: set[str], recorded: Recorded) -> Non
     if COLUMNS - columns:
         raise older(where, target, version_of(columns, recorded))
     if recorded is not None and recorded[0] < VERSION:
-        # A step that adds a table of its own (version 6) changes no column: the record says.
+        # A step that adds a table of its own (versions 6, 7) changes no column: the record says.
         raise older(where, target, recorded[0])
 
 

@@ -12,8 +12,10 @@ from importlib import resources
 from typing import Any
 
 from .contract import (
+    DEATHS_KEPT_US,
     LISTED_CHARS,
     NEWEST_FIRST,
+    Attempt,
     Claimed,
     DeadRow,
     Died,
@@ -26,6 +28,7 @@ from .contract import (
     Where,
     WorkerEntry,
     check_state,
+    outcome_of,
 )
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
@@ -64,6 +67,54 @@ def end_statement(end: End) -> tuple[str, tuple[object, ...]]:
     if isinstance(end, Snoozed):
         return "snoozed", (end.run_at, end.release_key, end.id, end.attempts)
     raise TypeError(f"not an end: {end!r}")
+
+
+def attempt_values(end: End) -> dict[str, object] | None:
+    """The parameters of the `attempt` statement, which records the attempt `end` closes
+    (ended_at, outcome, error, detail, traceback, id, attempts), or None when it records none:
+    no `ended_at`, or a `Done` (a done attempt is read from the done row itself)."""
+    if end.ended_at is None or isinstance(end, Done):
+        return None
+    failed = end if isinstance(end, Retrying | Died) else None
+    return {
+        "ended_at": end.ended_at,
+        "outcome": outcome_of(end),
+        "error": None if failed is None else failed.error,
+        "detail": None if failed is None else failed.detail,
+        "traceback": None if failed is None else failed.traceback or None,
+        "id": end.id,
+        "attempts": end.attempts,
+    }
+
+
+def lost_values(end: End) -> dict[str, object] | None:
+    """The parameters of the `lost` statement, which records the attempt another worker lost
+    with its lease (`End.lost_from`): worker, id, attempts; None for a row not taken back."""
+    if end.lost_from is None or end.ended_at is None:
+        return None
+    return {"worker": end.lost_from or None, "id": end.id, "attempts": end.attempts}
+
+
+def death_values(end: Died) -> dict[str, object]:
+    """The parameters of the `death` statement, which counts `end` in its minute: id, minute,
+    and the oldest minute still counted (`DEATHS_KEPT_US` before it)."""
+    minute = end.died_at - end.died_at % 60_000_000
+    return {"id": end.id, "minute": minute, "oldest": minute - DEATHS_KEPT_US}
+
+
+def attempt_of(r: Any) -> Attempt:
+    """An `Attempt` from the columns of an `attempts_of` statement: attempt, outcome,
+    started_at, ended_at, worker, error, detail, traceback."""
+    return Attempt(
+        attempt=int(r[0]),
+        outcome=str(r[1]),
+        started_at=None if r[2] is None else int(r[2]),
+        ended_at=int(r[3]),
+        worker=None if r[4] is None else str(r[4]),
+        error=None if r[5] is None else str(r[5]),
+        message=None if r[6] is None else str(r[6]),
+        traceback=None if r[7] is None else str(r[7]),
+    )
 
 
 def keep_values(end: Done) -> tuple[object, ...]:

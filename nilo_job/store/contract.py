@@ -21,19 +21,23 @@ just the first `LISTED_CHARS + 1` characters of it (`listed`), and the queue sho
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._bounds import INT64_MAX, INT64_MIN
-from .._types import Stats, Where
+from .._types import ATTEMPTS_KEPT, Attempt, Stats, Where
 
 __all__ = [
+    "ATTEMPTS_KEPT",
+    "DEATHS_KEPT_US",
     "INT64_MAX",
     "INT64_MIN",
     "LISTED_CHARS",
     "MAX_PAYLOAD",
     "ROW_STATES",
+    "Attempt",
     "Claimed",
     "DeadRow",
     "Died",
@@ -50,7 +54,11 @@ __all__ = [
     "check_state",
     "limited",
     "listed",
+    "outcome_of",
 ]
+
+DEATHS_KEPT_US = 86_400_000_000
+"""How long a store counts deaths by the minute (`Store.ended`): a day, in µs."""
 
 MAX_PAYLOAD = 1_048_576
 """The largest payload a `job.Table` row carries unless its `max_payload` says otherwise: 1 MiB
@@ -145,6 +153,8 @@ class Done:
     finished_at: int | None = None
     started_at: int | None = None
     result: bytes | None = None
+    ended_at: int | None = None
+    lost_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +174,8 @@ class Retrying:
     release_key: bool = False
     then: NewRow | None = None
     traceback: str = ""
+    ended_at: int | None = None
+    lost_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +193,8 @@ class Died:
     detail: str
     then: NewRow | None = None
     traceback: str = ""
+    ended_at: int | None = None
+    lost_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +206,8 @@ class Released:
     attempts: int
     run_at: int
     then: NewRow | None = None
+    ended_at: int | None = None
+    lost_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +224,36 @@ class Snoozed:
     run_at: int
     release_key: bool = False
     then: NewRow | None = None
+    ended_at: int | None = None
+    lost_from: str | None = None
 
 
 End = Done | Retrying | Died | Released | Snoozed
+"""Every end has `ended_at` (µs): when the attempt ended, and `lost_from`: for a row taken back
+after its lease ran out, the worker that held it ("" when the row did not say), else None.
+
+The store records, in the same transaction as the end: the attempt the other worker lost
+(`lost_from`, outcome "lost", ended when this claim took the row back), the attempt this end
+closes unless it is `Done` (outcome "retrying", "dead", "released" or "snoozed"; a done
+attempt is read from the done row itself), keeping a row's newest `ATTEMPTS_KEPT`, and for
+`Died` one death in its minute (`Store.ended`). Without `ended_at` (a row given back before it
+started, a schedule's dropped tick) no attempt is recorded. A row deleted (its `Done` not kept
+as history, a cancel, `delete_many`, `prune`) takes its attempts with it; its deaths stay
+counted."""
+
+
+def outcome_of(end: End) -> str:
+    """The `Attempt.outcome` of the attempt an end closes: "done", "retrying", "dead",
+    "released" or "snoozed"."""
+    if isinstance(end, Done):
+        return "done"
+    if isinstance(end, Retrying):
+        return "retrying"
+    if isinstance(end, Died):
+        return "dead"
+    if isinstance(end, Released):
+        return "released"
+    return "snoozed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +303,8 @@ class RowView:
     result: bytes | None = None
     snoozes: int | None = None
     """How many times its runs snoozed; None for a done row (the history does not keep it)."""
+    attempts_log: tuple[Attempt, ...] = ()
+    """Its attempts, oldest first, the newest `ATTEMPTS_KEPT`: read by `row`, empty in a list."""
 
     def sort_key(self) -> tuple[int, int]:
         """(value, id) of this row in its state's order: what a keyset page continues after."""
@@ -268,6 +313,16 @@ class RowView:
         if self.state == "done":
             return (self.finished_at or 0, self.id)
         return (self.run_at, self.id)
+
+    def with_attempts(self, recorded: Sequence[Attempt]) -> RowView:
+        """This row with its attempts: those its ends recorded (oldest first), then, for a done
+        row, the attempt that ended done, read from the row itself; the newest
+        `ATTEMPTS_KEPT` of them."""
+        log = list(recorded)
+        if self.state == "done" and self.finished_at is not None:
+            done = Attempt(self.attempts, "done", self.started_at, self.finished_at, self.worker)
+            log.append(done)
+        return dataclasses.replace(self, attempts_log=tuple(log[-ATTEMPTS_KEPT:]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +506,7 @@ class Store(Protocol):
 
     async def row(self, row_id: int) -> RowView | None:
         """The row with id `row_id` in whichever state it is (a done row from the history), its
-        whole payload, or None when there is none."""
+        whole payload and its attempts (`RowView.attempts_log`), or None when there is none."""
 
     async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
         """At most `limit` rows that match `where` (its `state` is set), in that state's order
@@ -488,7 +543,9 @@ class Store(Protocol):
     async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
         """Rows that ended since `since_us`, counted by (kind, "done" or "dead", minute): each
         answer is (kind, state, minute, count), the minute as µs since the epoch at its start
-        (a multiple of 60,000,000). Done rows count only while they are kept."""
+        (a multiple of 60,000,000). Done rows count only while they are kept. Deaths are
+        events, counted as each `Died` end is written, also after the row was retried or
+        deleted, for `DEATHS_KEPT_US` (a day: the longest window `flow()` reads)."""
 
     async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:
         """How long (µs) the runs of the last `limit` done rows of `kind` that finished since

@@ -18,7 +18,10 @@ from .._bounds import PAYLOAD_BYTES, whole
 from .._errors import QueueFull, Refusal, is_int
 from .._types import Stats
 from .contract import (
+    ATTEMPTS_KEPT,
+    DEATHS_KEPT_US,
     NEWEST_FIRST,
+    Attempt,
     Claimed,
     DeadRow,
     Died,
@@ -34,6 +37,7 @@ from .contract import (
     check_state,
     limited,
     listed,
+    outcome_of,
 )
 
 _HISTORY_MOST = 10_000  # the most done rows a Memory keeps (the oldest go first)
@@ -73,6 +77,8 @@ class Memory:
         self._history: dict[int, _Row] = {}  # done rows, in the order they finished
         self._paused: dict[str, int] = {}
         self._entries: dict[str, WorkerEntry] = {}  # the registry: this process's serves
+        self._attempts: dict[int, list[Attempt]] = {}  # what each row's ends recorded
+        self._deaths: dict[tuple[str, int], int] = {}  # deaths by (kind, minute)
 
     def __repr__(self) -> str:
         return f"job.Memory(bytes={self.capacity}, max_payload={self.max_payload})"
@@ -247,6 +253,41 @@ class Memory:
         del self._rows[row.id]
         self._used -= len(row.payload)
         self._free_key(row)
+        self._attempts.pop(row.id, None)  # a done row kept as history gets them back (`finish`)
+
+    def _tried(self, row: _Row, end: End) -> None:
+        """Record what `end` records of `row`'s attempts (see `End`), keeping the newest
+        `ATTEMPTS_KEPT`; the caller holds the lock, before the end changes the row."""
+        if end.ended_at is None:
+            return
+        tried = self._attempts.setdefault(row.id, [])
+        if end.lost_from is not None:
+            ended = row.started_at if row.started_at is not None else row.lease_until
+            tried.append(Attempt(row.attempts - 1, "lost", None, ended, end.lost_from or None))
+        if not isinstance(end, Done):
+            failed = end if isinstance(end, Retrying | Died) else None
+            tried.append(
+                Attempt(
+                    row.attempts,
+                    outcome_of(end),
+                    row.started_at,
+                    end.ended_at,
+                    row.worker,
+                    None if failed is None else failed.error,
+                    None if failed is None else failed.detail,
+                    None if failed is None else failed.traceback or None,
+                )
+            )
+        del tried[:-ATTEMPTS_KEPT]
+        if not tried:
+            del self._attempts[row.id]
+        if isinstance(end, Died):
+            minute = end.died_at - end.died_at % 60_000_000
+            self._deaths[row.kind, minute] = self._deaths.get((row.kind, minute), 0) + 1
+            for old in [
+                k for k in self._deaths if k[0] == row.kind and k[1] < minute - DEATHS_KEPT_US
+            ]:
+                del self._deaths[old]
 
     def _free_key(self, row: _Row) -> None:
         if row.unique_key is not None:
@@ -261,12 +302,16 @@ class Memory:
                 if row is None or row.state != "running" or row.attempts != end.attempts:
                     answers.append(False)
                     continue
+                self._tried(row, end)
                 if isinstance(end, Done):
                     key = row.unique_key
-                    self._drop(row)  # the key is released at once
+                    tried = self._attempts.get(row.id)
+                    self._drop(row)  # the key is released at once, the attempts forgotten
                     if end.finished_at is not None:
                         row.unique_key = key  # kept in the history, holding nothing
                         self._keep(row, end)
+                        if tried is not None:
+                            self._attempts[row.id] = tried
                 elif isinstance(end, Retrying):
                     row.state, row.run_at = "queued", end.run_at
                     row.error, row.detail, row.traceback = end.error, end.detail, end.traceback
@@ -302,7 +347,9 @@ class Memory:
             row.started_at = end.started_at
         self._history[row.id] = row
         while len(self._history) > _HISTORY_MOST:
-            del self._history[next(iter(self._history))]
+            oldest = next(iter(self._history))
+            del self._history[oldest]
+            self._attempts.pop(oldest, None)
 
     async def hand_on(self, row_id: int, attempts: int, then: NewRow) -> bool:
         with self._lock:
@@ -334,6 +381,7 @@ class Memory:
         with self._lock:
             for row_id in ids:
                 if self._history.pop(row_id, None) is not None:
+                    self._attempts.pop(row_id, None)
                     gone.append(row_id)
                 elif (row := self._rows.get(row_id)) is not None and row.state == "dead":
                     self._drop(row)
@@ -349,6 +397,7 @@ class Memory:
             )[:limit]
             for _at, row_id in old:
                 del self._history[row_id]
+                self._attempts.pop(row_id, None)
         return len(old)
 
     async def pause(self, kind: str, at_us: int) -> bool:
@@ -412,7 +461,9 @@ class Memory:
     async def row(self, row_id: int) -> RowView | None:
         with self._lock:
             found = self._rows.get(row_id) or self._history.get(row_id)
-            return None if found is None else _view(found)
+            if found is None:
+                return None
+            return _view(found).with_attempts(self._attempts.get(row_id, ()))
 
     def _matching(self, where: Where) -> list[_Row]:
         """The rows that match `where`, in its state's order; the caller holds the lock."""
@@ -449,11 +500,14 @@ class Memory:
     async def ended(self, since_us: int) -> list[tuple[str, str, int, int]]:
         counts: dict[tuple[str, str, int], int] = {}
         with self._lock:
-            for row in (*self._history.values(), *self._rows.values()):
-                at = row.finished_at if row.state == "done" else row.died_at
-                if row.state in ("done", "dead") and at is not None and at >= since_us:
-                    key = (row.kind, row.state, at - at % 60_000_000)
+            for row in self._history.values():
+                at = row.finished_at
+                if at is not None and at >= since_us:
+                    key = (row.kind, "done", at - at % 60_000_000)
                     counts[key] = counts.get(key, 0) + 1
+            for (kind, minute), n in self._deaths.items():  # deaths are events
+                if minute >= since_us:
+                    counts[kind, "dead", minute] = n
         return [(kind, state, minute, n) for (kind, state, minute), n in sorted(counts.items())]
 
     async def durations(self, kind: str, since_us: int, limit: int) -> list[int]:

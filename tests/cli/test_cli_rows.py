@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
 
 import nilo_job as job
 from nilo_job.cli._text import utc_exact
+from tests.helpers.attempts import Flaky, four_attempts
 from tests.helpers.cli_ops import QUEUE_FILE, RAISE_LINE, T, nilo_job, rows_of
 from tests.helpers.cli_ops_queue import URL_ENV, Mail, make
 
@@ -28,6 +31,11 @@ EVERY_ROW = (
     '{"to":"a@example.com","fail":true}\n'
     '4   ops-note  done    1         2023-11-14 22:13:22  -         {"text":"hi"}\n'
 )
+
+
+def listed(row: job.Row) -> dict[str, object]:
+    """`row` as `list --json` prints it: a list reads no attempts (`jobs.row` does)."""
+    return {**dataclasses.asdict(row), "attempts_log": []}
 
 
 @pytest.mark.parametrize("through", ["url", "module"])
@@ -92,10 +100,10 @@ def test_list_filters_and_pages(url: str, through: str, monkeypatch: pytest.Monk
 
     done = nilo_job("list", target, "--state", "dead", "--limit", "1", "--json")
     assert done.exit_code == 0
-    assert json.loads(done.stdout) == {"rows": [dataclasses.asdict(rows[2])], "next": cursor}
+    assert json.loads(done.stdout) == {"rows": [listed(rows[2])], "next": cursor}
     done = nilo_job("list", target, "--json")
     assert json.loads(done.stdout) == {
-        "rows": [dataclasses.asdict(rows[i]) for i in (3, 5, 2, 1, 4)],
+        "rows": [listed(rows[i]) for i in (3, 5, 2, 1, 4)],
         "next": None,
     }
 
@@ -156,7 +164,10 @@ def test_show_tells_a_rows_whole_story(
         "  Traceback (most recent call last):\n"
         f'    File "{QUEUE_FILE}", line {RAISE_LINE}, in run\n'
         '      raise Rejected(f"550 {self.to}")\n'
-        "  tests.helpers.cli_ops_queue.Rejected: 550 a@example.com\n",
+        "  tests.helpers.cli_ops_queue.Rejected: 550 a@example.com\n"
+        "attempts:\n"
+        "   1  dead      2023-11-14 22:13:20.000000 UTC  2023-11-14 22:13:20.000000 UTC  "
+        f"{dead.worker}  Rejected: 550 a@example.com\n",
     )
 
     finished = rows[4]
@@ -183,7 +194,10 @@ def test_show_tells_a_rows_whole_story(
         f"worker       {finished.worker}\n"
         "error        -\n"
         "message      -\n"
-        'result       {"noted":"hi"}\n',
+        'result       {"noted":"hi"}\n'
+        "attempts:\n"
+        f"   1  done      {utc_exact(finished.started_at)}  2023-11-14 22:13:22.000000 UTC  "
+        f"{finished.worker}  -\n",
     )
     done = nilo_job("show", target, "5")
     assert done.exit_code == 0
@@ -213,6 +227,18 @@ def test_show_tells_a_rows_whole_story(
         "unreadable": None,
         "payload_cut": False,
         "snoozes": None,
+        "attempts_log": [
+            {
+                "attempt": 1,
+                "outcome": "done",
+                "started_at": finished.started_at,
+                "ended_at": T + 2_000_000,
+                "worker": finished.worker,
+                "error": None,
+                "message": None,
+                "traceback": None,
+            }
+        ],
     }
 
     done = nilo_job("show", target, "99")
@@ -288,3 +314,42 @@ def test_show_tells_how_many_times_a_row_snoozed(url: str) -> None:
     assert "\nattempts     0\nsnoozes      2\n" in done.stdout
     assert "\ndue          2023-11-14 22:15:20.000000 UTC\n" in done.stdout
     assert json.loads(nilo_job("show", url, "1", "--json").stdout)["snoozes"] == 2
+
+
+def test_show_lists_every_attempt_one_line_each(url: str) -> None:
+    t = (job.now_us() // 1_000_000 + 1) * 1_000_000  # soon (a retry is due now), on a second
+
+    async def go() -> int:
+        store = job.Table(url)
+        try:
+            await store.create_missing()
+            jobs = job.Jobs(kinds=[Flaky], store=store)
+            return await four_attempts(jobs, t, f"cli-{url}")
+        finally:
+            await store.close()
+
+    row_id = asyncio.run(go())
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    at = [utc_exact(t + n * 1_000_000) for n in range(4)]
+    shown = json.loads(nilo_job("show", url, str(row_id), "--json").stdout)
+    started = shown["attempts_log"][3]["started_at"]  # the done run's start, as long ago as it took
+    assert t + 2_900_000 < started <= t + 3_000_000
+    down = "ConnectionError: the provider is down"
+    done = nilo_job("show", url, str(row_id))
+    assert done.exit_code == 0
+    assert done.stdout.endswith(
+        "\nattempts:\n"
+        f"   1  retrying  {at[0]}  {at[0]}  {worker}  {down} (run 1)\n"
+        f"   2  retrying  {at[1]}  {at[1]}  {worker}  {down} (run 2)\n"
+        f"   3  dead      {at[2]}  {at[2]}  {worker}  {down} (run 3)\n"
+        f"   1  done      {utc_exact(started)}  {at[3]}  {worker}  -\n"
+    )
+    assert "\nstate        done\n" in done.stdout
+    assert at[0].endswith(".000000 UTC")
+    shown = json.loads(nilo_job("show", url, str(row_id), "--json").stdout)
+    assert [(a["attempt"], a["outcome"], a["ended_at"]) for a in shown["attempts_log"]] == [
+        (1, "retrying", t),
+        (2, "retrying", t + 1_000_000),
+        (3, "dead", t + 2_000_000),
+        (1, "done", t + 3_000_000),
+    ]

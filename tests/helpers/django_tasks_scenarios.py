@@ -245,8 +245,9 @@ def test_a_task_that_raises_fails_with_its_error_and_traceback(
     assert result.attempts == 3  # the backend's retry: {"times": 2, ...}
     assert result.worker_ids == [worker_id(worker)] * 3
     assert result.finished_at is not None
-    assert len(result.errors) == 1
-    error = result.errors[0]
+    assert len(result.errors) == 3  # each attempt's, oldest first
+    assert {e.traceback for e in result.errors} == {result.errors[0].traceback}
+    error = result.errors[-1]
     assert error.exception_class_path == "examples.django_tasks.tasks.OutOfStock"
     assert error.exception_class is OutOfStock
     assert error.traceback.startswith("Traceback (most recent call last):\n")
@@ -391,6 +392,43 @@ def test_a_retrys_wait_is_ready_with_the_error() -> None:
     with pytest.raises(TaskResultDoesNotExist):
         flaky.get_result(queued.id)
     assert patient.sync.cancel(row_id(queued)) is True
+
+
+RUNS: dict[str, int] = {}
+
+
+@task
+def answers_on_the_fourth_run(name: str) -> str:
+    """Fails its first three runs of `name` (whatever the attempt), then answers."""
+    n = RUNS[name] = RUNS.get(name, 0) + 1
+    if n <= 3:
+        raise ConnectionError(f"run {n}: the service did not answer")
+    return "answered"
+
+
+def test_errors_holds_every_failed_attempts_error_in_order() -> None:
+    """Failed, died, retried by an operator, failed, then done: three errors, oldest first. The
+    `patient` backend (one retry, a minute apart) is drained here, on the drains' clock."""
+    patient = jobs_for("patient")
+    queued = answers_on_the_fourth_run.using(backend="patient").enqueue("four")
+    now = job.now_us()
+    minute = 61_000_000
+    assert patient.sync.drain_at(now) == 1  # run 1: retrying
+    assert patient.sync.drain_at(now + minute) == 1  # run 2: dead
+    assert patient.sync.retry_many([row_id(queued)]) == 1
+    again = job.now_us()
+    assert patient.sync.drain_at(again) == 1  # run 3: retrying
+    assert patient.sync.drain_at(again + minute) == 1  # run 4: done
+    result = answers_on_the_fourth_run.using(backend="patient").get_result(queued.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "answered"
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ConnectionError"] * 3
+    for n, error in enumerate(result.errors, 1):
+        assert error.traceback.startswith("Traceback (most recent call last):\n")
+        assert error.traceback.endswith(f"ConnectionError: run {n}: the service did not answer\n")
+    row = patient.sync.row(row_id(queued))
+    assert row is not None
+    assert [a.outcome for a in row.attempts_log] == ["retrying", "dead", "retrying", "done"]
 
 
 def test_a_commit_wakes_a_worker_of_this_process_at_once() -> None:

@@ -111,7 +111,13 @@ def _many(ids: list[int], size: int) -> dict[str, object]:
 
 def _keep_many(ids: list[int], size: int) -> dict[str, object]:
     n = len(ids)
-    return {**_many(ids, size), "started": [5] * n, "finished": [9] * n, "results": [None] * n}
+    return {
+        **_many(ids, size),
+        "started": [5] * n,
+        "finished": [9] * n,
+        "ended": [9] * n,
+        "results": [None] * n,
+    }
 
 
 HOT: dict[str, Callable[[list[int], int], Params]] = {

@@ -70,7 +70,7 @@ def project(pg_url: str, tmp_path: Path) -> Path:
     with psycopg.connect(pg_url, autocommit=True) as conn:  # the fixture's table, made by nilo-job
         for table in (
             "nilo_jobs", "nilo_jobs_done", "nilo_jobs_paused", "nilo_jobs_workers",
-            "nilo_jobs_version",
+            "nilo_jobs_attempts", "nilo_jobs_deaths", "nilo_jobs_version",
         ):  # fmt: skip
             conn.execute(f"DROP TABLE {table}")  # type: ignore[arg-type]
     alembic(tmp_path, "init", "migrations")
@@ -118,7 +118,7 @@ async def test_autogenerate_makes_the_tables_upgrade_makes_them_and_the_queue_wo
     said = alembic(project, "revision", "--autogenerate", "-m", "users_and_jobs")
     for table in (
         "users", "nilo_jobs", "nilo_jobs_done", "nilo_jobs_paused", "nilo_jobs_workers",
-        "nilo_jobs_version",
+        "nilo_jobs_attempts", "nilo_jobs_deaths", "nilo_jobs_version",
     ):  # fmt: skip
         assert f"Detected added table '{table}'" in said
     for index in ("nilo_jobs_unique", "nilo_jobs_due", "nilo_jobs_lease", "nilo_jobs_dead"):
@@ -131,7 +131,7 @@ async def test_autogenerate_makes_the_tables_upgrade_makes_them_and_the_queue_wo
     alembic(project, "upgrade", "head")
     assert tables(pg_url) == {
         "alembic_version", "users", "nilo_jobs", "nilo_jobs_done", "nilo_jobs_paused",
-        "nilo_jobs_workers", "nilo_jobs_version",
+        "nilo_jobs_workers", "nilo_jobs_attempts", "nilo_jobs_deaths", "nilo_jobs_version",
     }  # fmt: skip
     assert version_rows(pg_url) == []  # the migration records no version: the columns tell it
 
@@ -151,7 +151,7 @@ async def test_autogenerate_makes_the_tables_upgrade_makes_them_and_the_queue_wo
 
         assert "No new upgrade operations detected." in alembic(project, "check")
         await table.create_missing()  # what `nilo-job migrate` does: it records the version
-        assert version_rows(pg_url) == [(6, 1)]
+        assert version_rows(pg_url) == [(7, 1)]
         assert "No new upgrade operations detected." in alembic(project, "check")
         await table.check()
     finally:
@@ -168,6 +168,8 @@ async def test_a_table_an_older_migration_made_gets_this_versions_columns_from_a
             conn.execute(f"ALTER TABLE nilo_jobs DROP COLUMN {column}")  # type: ignore[arg-type]
         conn.execute("DROP TABLE nilo_jobs_done")
         conn.execute("DROP TABLE nilo_jobs_workers")
+        conn.execute("DROP TABLE nilo_jobs_attempts")
+        conn.execute("DROP TABLE nilo_jobs_deaths")
         conn.execute(
             "INSERT INTO nilo_jobs (kind, payload, state, run_at) "
             "VALUES ('welcome', '{\"user_id\": 9}', 'queued', 0)"
@@ -182,6 +184,8 @@ async def test_a_table_an_older_migration_made_gets_this_versions_columns_from_a
             assert f"Detected added column 'nilo_jobs.{column}'" in said
         assert "Detected added table 'nilo_jobs_done'" in said
         assert "Detected added table 'nilo_jobs_workers'" in said
+        assert "Detected added table 'nilo_jobs_attempts'" in said
+        assert "Detected added table 'nilo_jobs_deaths'" in said
         migration = the_migration(project, "nilo_job_6")
         assert "op.drop" not in migration.split("def downgrade")[0]
         assert "server_default=sa.text('0')" in migration  # the rows it holds get 0 snoozes

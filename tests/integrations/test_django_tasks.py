@@ -35,7 +35,7 @@ if importlib.util.find_spec("django") is None or importlib.util.find_spec("djang
         allow_module_level=True,
     )
 
-SCENARIOS = 19
+SCENARIOS = 20
 
 
 @pytest.mark.procs

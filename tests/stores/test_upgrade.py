@@ -1,9 +1,9 @@
 """A table made by an earlier nilo-job (version 1, before versions were recorded, and versions
-2, 3, 4 and 5) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while
+2 to 6) keeps every row through `create_missing()` / `nilo-job migrate`, in place, while
 workers of that version run.
 
 The older tables and their statements are the ones nilo-job shipped then
-(`tests/helpers/schema_v1/` to `schema_v5/`), so "an old worker" here runs the old statements
+(`tests/helpers/schema_v1/` to `schema_v6/`), so "an old worker" here runs the old statements
 for real against the upgraded table.
 """
 
@@ -28,7 +28,7 @@ import nilo_job as job
 from tests.helpers import ROOT
 
 SCHEMAS = ROOT / "tests" / "helpers"
-"""Where `schema_v1/` to `schema_v5/` are: the tables and statements of those versions."""
+"""Where `schema_v1/` to `schema_v6/` are: the tables and statements of those versions."""
 T = 1_700_000_000_000_000
 LEASE = 61_000_000
 
@@ -130,12 +130,13 @@ ran: list[tuple[str, int]] = []
 
 @pytest.fixture(
     params=[
-        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("sqlite", 4), ("sqlite", 5),
+        ("sqlite", 1), ("sqlite", 2), ("sqlite", 3), ("sqlite", 4), ("sqlite", 5), ("sqlite", 6),
         ("postgres", 1), ("postgres", 2), ("postgres", 3), ("postgres", 4), ("postgres", 5),
+        ("postgres", 6),
     ],
     ids=[
-        "sqlite-v1", "sqlite-v2", "sqlite-v3", "sqlite-v4", "sqlite-v5", "postgres-v1",
-        "postgres-v2", "postgres-v3", "postgres-v4", "postgres-v5",
+        "sqlite-v1", "sqlite-v2", "sqlite-v3", "sqlite-v4", "sqlite-v5", "sqlite-v6",
+        "postgres-v1", "postgres-v2", "postgres-v3", "postgres-v4", "postgres-v5", "postgres-v6",
     ],
 )  # fmt: skip
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
@@ -149,7 +150,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
         with psycopg.connect(url, autocommit=True) as conn:
             for table in (
                 "nilo_jobs", "nilo_jobs_version", "nilo_jobs_done", "nilo_jobs_paused",
-                "nilo_jobs_workers",
+                "nilo_jobs_workers", "nilo_jobs_attempts", "nilo_jobs_deaths",
             ):  # fmt: skip
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
         found = Db("postgres", url, None, version)
@@ -173,6 +174,12 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     return found
 
 
+async def store_deaths(jobs: job.Jobs) -> list[int]:
+    """The deaths `ended` counts since T's minute, by (kind, minute)."""
+    since = T - T % 60_000_000
+    return [n for _kind, state, _minute, n in await jobs.store.ended(since) if state == "dead"]
+
+
 def open_table(db: Db) -> job.Table:
     return job.Table(db.url)
 
@@ -184,7 +191,7 @@ async def test_an_older_table_is_refused_with_the_command_that_upgrades_it(db: D
         with pytest.raises(job.StoreUnavailable) as refused:
             await table.check()
         message = str(refused.value)
-        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 6"
+        said = f"is at version {db.version}, from an older nilo-job, and this one needs version 7"
         assert said in message
         target = db.url if db.kind == "sqlite" else db.url.removeprefix("postgresql://postgres@")
         assert "run `nilo-job migrate " in message
@@ -210,6 +217,18 @@ async def test_the_upgrade_keeps_every_row_and_the_queue_runs_them(db: Db) -> No
         assert [tuple(row) for row in added] == [(n, 0, None) for n in range(1, 7)]
         with db.connect() as conn:  # version 6's registry, empty
             assert tuple(conn.execute("SELECT count(*) FROM nilo_jobs_workers").fetchone()) == (0,)
+        # Version 7's attempts: the dead row's death, recorded as its last attempt (counted by
+        # the flow in its minute), and nothing for the others.
+        dead_row = await jobs.row(5)
+        assert dead_row is not None
+        assert dead_row.attempts_log == (
+            job.Attempt(3, "dead", None, T, None, "Rejected", "no such address", None),
+        )
+        for n in (1, 2, 3, 4, 6):
+            other = await jobs.row(n)
+            assert other is not None
+            assert other.attempts_log == ()
+        assert sum(await store_deaths(jobs)) == 1
         for n in range(1, 7):
             kept = await jobs.row(n)
             assert kept is not None
@@ -245,7 +264,7 @@ def test_migrate_upgrades_and_says_so_and_again_changes_nothing(db: Db) -> None:
         assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(6, 1)]
+        assert [tuple(r) for r in recorded] == [(7, 1)]
 
 
 async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> None:
@@ -259,7 +278,7 @@ async def test_upgrades_racing_from_many_processes_make_one_table(db: Db) -> Non
     assert db.rows() == before
     with db.connect() as conn:
         recorded = conn.execute("SELECT version, compatible_from FROM nilo_jobs_version")
-        assert [tuple(r) for r in recorded] == [(6, 1)]
+        assert [tuple(r) for r in recorded] == [(7, 1)]
 
 
 async def test_workers_of_an_older_version_keep_working_on_the_upgraded_table(db: Db) -> None:

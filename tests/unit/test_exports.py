@@ -7,6 +7,7 @@ import pytest
 import nilo_job as job
 
 EXPORTS = {
+    "Attempt",
     "BadPayload",
     "Cron",
     "Dead",
@@ -95,7 +96,10 @@ def test_value_fields_are_the_documented_ones() -> None:
     assert names(job.Row) == [
         "id", "kind", "state", "payload", "attempts", "run_at", "unique_key", "pushed_at",
         "started_at", "finished_at", "died_at", "lease_until", "worker", "error", "message",
-        "traceback", "result", "unreadable", "payload_cut", "snoozes",
+        "traceback", "result", "unreadable", "payload_cut", "snoozes", "attempts_log",
+    ]  # fmt: skip
+    assert names(job.Attempt) == [
+        "attempt", "outcome", "started_at", "ended_at", "worker", "error", "message", "traceback",
     ]  # fmt: skip
 
 

@@ -85,7 +85,10 @@ def test_the_operator_calls_block_too(tmp_path: Path) -> None:
         (row,) = jobs.sync.find(job.Where(state="done")).rows
         done = jobs.sync.count(job.Where(state="done"))
         assert (row.kind, row.state, done) == ("note", "done", 1)
-        assert jobs.sync.row(row.id) == row
+        whole = jobs.sync.row(row.id)
+        assert whole is not None
+        assert [a.outcome for a in whole.attempts_log] == ["done"]  # read by `row` alone
+        assert dataclasses.replace(whole, attempts_log=()) == row
         assert jobs.sync.delete_many([row.id]) == 1
         assert jobs.sync.retry_many(job.Where(state="dead")) == 0
         assert jobs.sync.cancel_many(job.Where(state="queued")) == 0

@@ -66,6 +66,25 @@ CREATE TABLE IF NOT EXISTS nilo_jobs_workers (    -- serving processes (version 
     running     text    NOT NULL                    -- JSON list of the row ids it holds
 );
 CREATE INDEX IF NOT EXISTS nilo_jobs_workers_beat ON nilo_jobs_workers (beat_at);
+CREATE TABLE IF NOT EXISTS nilo_jobs_attempts (  -- attempts that did not end done (version 7)
+    id          bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- the order they were written
+    row_id      bigint  NOT NULL,                   -- the row's id (in nilo_jobs or nilo_jobs_done)
+    attempt     integer NOT NULL,                   -- the row's attempts when it ended
+    started_at  bigint,                             -- µs, its claim
+    ended_at    bigint  NOT NULL,                   -- µs
+    worker      text,                               -- host:pid that ran it
+    outcome     text    NOT NULL,                   -- retrying, dead, snoozed, released, lost
+    error       text,                               -- its failure's class name, message and
+    detail      text,                               -- traceback, bounded as the row's
+    traceback   text
+);
+CREATE INDEX IF NOT EXISTS nilo_jobs_attempts_row ON nilo_jobs_attempts (row_id, id);
+CREATE TABLE IF NOT EXISTS nilo_jobs_deaths (    -- deaths by kind and minute, a day (version 7)
+    kind        text    NOT NULL,
+    minute      bigint  NOT NULL,                   -- µs since the epoch, the minute's start
+    deaths      integer NOT NULL,
+    PRIMARY KEY (kind, minute)
+);
 CREATE TABLE IF NOT EXISTS nilo_jobs_version (
     version         integer NOT NULL,   -- the table's version
     compatible_from integer NOT NULL    -- the oldest version whose nilo-job works on it
@@ -99,6 +118,39 @@ ALTER TABLE nilo_jobs ADD COLUMN IF NOT EXISTS trace text;
 -- Version 6 adds the registry of serving processes, a table of its own (made by `create`, which
 -- runs after the steps): no column of nilo_jobs changes, and an older nilo-job never reads it.
 SELECT 1;
+
+-- name: upgrade_to_7
+-- Version 7 keeps each row's attempts and counts deaths by the minute, in tables of their own
+-- (made here, as `create` runs after the steps): no column of nilo_jobs changes. Each dead row's
+-- death is recorded as its last attempt and counted in its minute.
+CREATE TABLE IF NOT EXISTS nilo_jobs_attempts (  -- attempts that did not end done (version 7)
+    id          bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- the order they were written
+    row_id      bigint  NOT NULL,                   -- the row's id (in nilo_jobs or nilo_jobs_done)
+    attempt     integer NOT NULL,                   -- the row's attempts when it ended
+    started_at  bigint,                             -- µs, its claim
+    ended_at    bigint  NOT NULL,                   -- µs
+    worker      text,                               -- host:pid that ran it
+    outcome     text    NOT NULL,                   -- retrying, dead, snoozed, released, lost
+    error       text,                               -- its failure's class name, message and
+    detail      text,                               -- traceback, bounded as the row's
+    traceback   text
+);
+CREATE INDEX IF NOT EXISTS nilo_jobs_attempts_row ON nilo_jobs_attempts (row_id, id);
+CREATE TABLE IF NOT EXISTS nilo_jobs_deaths (    -- deaths by kind and minute, a day (version 7)
+    kind        text    NOT NULL,
+    minute      bigint  NOT NULL,                   -- µs since the epoch, the minute's start
+    deaths      integer NOT NULL,
+    PRIMARY KEY (kind, minute)
+);
+INSERT INTO nilo_jobs_attempts (row_id, attempt, started_at, ended_at, worker, outcome, error,
+                                detail, traceback)
+SELECT id, attempts, started_at, died_at, worker, 'dead', error, detail, traceback
+FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL ORDER BY id;
+INSERT INTO nilo_jobs_deaths (kind, minute, deaths)
+SELECT kind, died_at - died_at % 60000000, count(*)
+FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL
+GROUP BY kind, died_at - died_at % 60000000
+ON CONFLICT (kind, minute) DO NOTHING;
 
 -- name: worker_register
 -- A serving process records itself as its serve starts (again, after its entry was forgotten).
@@ -259,7 +311,15 @@ WHERE state = 'running' AND lease_until > %(now)s AND kind = %(kind)s;
 -- A running row is asked for as neither queued nor dead, here and in every end below: the
 -- planner then has the primary key alone to find it by, whereas `state = 'running'` lets a plan
 -- chosen while few rows ran walk the whole lease index (whose second column is the id).
-DELETE FROM nilo_jobs WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s;
+-- The row goes, and the attempts it recorded with it.
+WITH gone AS (
+    DELETE FROM nilo_jobs
+    WHERE id = %(id)s AND state <> 'queued' AND state <> 'dead' AND attempts = %(attempts)s
+    RETURNING id
+), forgot AS (
+    DELETE FROM nilo_jobs_attempts WHERE row_id = %(id)s AND EXISTS (SELECT FROM gone)
+)
+SELECT id FROM gone;
 
 -- name: keep
 -- A done row moved into the history, in one statement.
@@ -302,10 +362,62 @@ SELECT id FROM gone;
 
 -- name: done_many
 -- As keep_many: by `id = ANY` on the primary key, whatever the planner believes of the table.
-DELETE FROM nilo_jobs AS job
-WHERE job.id = ANY(%(ids)s::bigint[]) AND job.state <> 'queued' AND job.state <> 'dead'
-  AND job.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], job.id)]
-RETURNING job.id;
+-- The rows are gone, and the attempts they recorded with them.
+WITH gone AS (
+    DELETE FROM nilo_jobs AS job
+    WHERE job.id = ANY(%(ids)s::bigint[]) AND job.state <> 'queued' AND job.state <> 'dead'
+      AND job.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], job.id)]
+    RETURNING job.id
+), forgot AS (
+    DELETE FROM nilo_jobs_attempts WHERE row_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT id FROM gone;
+
+-- name: attempt
+-- The attempt an end closes, recorded before the end's statement changes the row (one
+-- transaction), and the row's attempts past the newest 20 (ATTEMPTS_KEPT) forgotten: ended_at,
+-- outcome, error, detail, traceback, id, attempts.
+WITH tried AS (
+    INSERT INTO nilo_jobs_attempts (row_id, attempt, started_at, ended_at, worker, outcome,
+                                    error, detail, traceback)
+    SELECT id, attempts, started_at, %(ended_at)s, worker, %(outcome)s, %(error)s, %(detail)s,
+           %(traceback)s
+    FROM nilo_jobs
+    WHERE id = %(id)s AND state <> 'queued' AND state <> 'dead' AND attempts = %(attempts)s
+    RETURNING id
+)
+DELETE FROM nilo_jobs_attempts WHERE row_id = %(id)s AND EXISTS (SELECT FROM tried) AND id < (
+    SELECT id FROM nilo_jobs_attempts WHERE row_id = %(id)s ORDER BY id DESC OFFSET 18 LIMIT 1);
+
+-- name: lost
+-- The attempt a worker lost with its lease (it stopped being heard from), recorded by the one
+-- that took the row back as that claim ends: ended when the claim took it (the row's
+-- started_at), with the attempts past the newest 20 forgotten, as `attempt` does.
+WITH tried AS (
+    INSERT INTO nilo_jobs_attempts (row_id, attempt, ended_at, worker, outcome)
+    SELECT id, attempts - 1, coalesce(started_at, lease_until), %(worker)s, 'lost'
+    FROM nilo_jobs
+    WHERE id = %(id)s AND state <> 'queued' AND state <> 'dead' AND attempts = %(attempts)s
+    RETURNING id
+)
+DELETE FROM nilo_jobs_attempts WHERE row_id = %(id)s AND EXISTS (SELECT FROM tried) AND id < (
+    SELECT id FROM nilo_jobs_attempts WHERE row_id = %(id)s ORDER BY id DESC OFFSET 18 LIMIT 1);
+
+-- name: death
+-- A death counted in its minute, and the kind's minutes older than a day forgotten: the
+-- kind is the dead row's.
+WITH old AS (
+    DELETE FROM nilo_jobs_deaths
+    WHERE kind = (SELECT kind FROM nilo_jobs WHERE id = %(id)s)
+      AND minute < %(oldest)s
+)
+INSERT INTO nilo_jobs_deaths (kind, minute, deaths)
+SELECT kind, %(minute)s, 1 FROM nilo_jobs WHERE id = %(id)s
+ON CONFLICT (kind, minute) DO UPDATE SET deaths = nilo_jobs_deaths.deaths + 1;
+
+-- name: attempts_of
+SELECT attempt, outcome, started_at, ended_at, worker, error, detail, traceback
+FROM nilo_jobs_attempts WHERE row_id = %s ORDER BY id;
 
 -- name: retrying
 UPDATE nilo_jobs
@@ -337,7 +449,12 @@ WHERE id = %s AND state <> 'queued' AND state <> 'dead' AND attempts = %s
   AND unique_key IS NOT NULL;
 
 -- name: cancel
-DELETE FROM nilo_jobs WHERE id = %s AND state = 'queued';
+WITH gone AS (
+    DELETE FROM nilo_jobs WHERE id = %(id)s AND state = 'queued' RETURNING id
+), forgot AS (
+    DELETE FROM nilo_jobs_attempts WHERE row_id = %(id)s AND EXISTS (SELECT FROM gone)
+)
+SELECT count(*) FROM gone;
 
 -- name: holding
 SELECT id, kind, state, payload::text, run_at, attempts, unique_key, lease_until, error, died_at,
@@ -393,13 +510,21 @@ SELECT id, CASE WHEN id = (SELECT min(id) FROM again)
 FROM again;
 
 -- name: cancel_many
-DELETE FROM nilo_jobs WHERE id = ANY(%s) AND state = 'queued' RETURNING id;
+WITH gone AS (
+    DELETE FROM nilo_jobs WHERE id = ANY(%(ids)s) AND state = 'queued' RETURNING id
+), forgot AS (
+    DELETE FROM nilo_jobs_attempts WHERE row_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT id FROM gone;
 
 -- name: delete_many
 WITH dead AS (
     DELETE FROM nilo_jobs WHERE id = ANY(%(ids)s) AND state = 'dead' RETURNING id
 ), done AS (
     DELETE FROM nilo_jobs_done WHERE id = ANY(%(ids)s) RETURNING id
+), forgot AS (
+    DELETE FROM nilo_jobs_attempts
+    WHERE row_id = ANY(ARRAY(SELECT id FROM dead UNION ALL SELECT id FROM done))
 )
 SELECT id FROM dead UNION ALL SELECT id FROM done;
 
@@ -407,8 +532,15 @@ SELECT id FROM dead UNION ALL SELECT id FROM done;
 -- The oldest done rows by the history's index, then each by its primary key (`id = ANY` of an
 -- array, not `IN` a subquery, which a plan made while the table was small may join by walking
 -- the whole primary key).
-DELETE FROM nilo_jobs_done WHERE id = ANY(ARRAY(
-    SELECT id FROM nilo_jobs_done WHERE finished_at < %s ORDER BY finished_at, id LIMIT %s));
+-- Their attempts go with them.
+WITH gone AS (
+    DELETE FROM nilo_jobs_done WHERE id = ANY(ARRAY(
+        SELECT id FROM nilo_jobs_done WHERE finished_at < %s ORDER BY finished_at, id LIMIT %s))
+    RETURNING id
+), forgot AS (
+    DELETE FROM nilo_jobs_attempts WHERE row_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT count(*) FROM gone;
 
 -- name: pause
 INSERT INTO nilo_jobs_paused (kind, paused_at) VALUES (%s, %s) ON CONFLICT (kind) DO NOTHING;
@@ -423,8 +555,7 @@ SELECT kind, paused_at FROM nilo_jobs_paused;
 SELECT kind, 'done', finished_at - finished_at %% 60000000 AS minute, count(*)
 FROM nilo_jobs_done WHERE finished_at >= %(since)s GROUP BY kind, minute
 UNION ALL
-SELECT kind, 'dead', died_at - died_at %% 60000000 AS minute, count(*)
-FROM nilo_jobs WHERE state = 'dead' AND died_at >= %(since)s GROUP BY kind, minute;
+SELECT kind, 'dead', minute, deaths FROM nilo_jobs_deaths WHERE minute >= %(since)s;
 
 -- name: durations
 SELECT finished_at - started_at FROM nilo_jobs_done

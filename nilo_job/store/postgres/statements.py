@@ -37,7 +37,13 @@ async def delete_done(cur: psycopg.AsyncCursor[Any], ends: Sequence[Done]) -> li
     """Delete the rows of `ends` (runs that finished, no schedule's next tick) in one statement,
     moving into the history those that keep one; for each end, whether its row was still its
     attempt's (False: the lease ran out and another worker took it)."""
-    if any(end.finished_at is not None for end in ends):
+    kept = [end for end in ends if end.finished_at is not None]
+    if kept and len(kept) < len(ends):  # (never within one queue: it keeps all or none)
+        kept_ok = dict(zip(kept, await delete_done(cur, kept), strict=True))
+        rest = [end for end in ends if end.finished_at is None]
+        rest_ok = dict(zip(rest, await delete_done(cur, rest), strict=True))
+        return [kept_ok[end] if end in kept_ok else rest_ok[end] for end in ends]
+    if kept:
         await cur.execute(
             SQL["keep_many"],
             {

@@ -30,10 +30,14 @@ from ..._text import count_of
 from ..._types import Stats
 from .. import _schema
 from .._sql import (
+    attempt_of,
+    attempt_values,
     count_statement,
     dead_row,
+    death_values,
     entry_params,
     find_statement,
+    lost_values,
     row_view,
     unwrap_django,
     worker_entry,
@@ -44,6 +48,7 @@ from ..contract import (
     MAX_PAYLOAD,
     Claimed,
     DeadRow,
+    Died,
     Done,
     End,
     NewRow,
@@ -383,7 +388,11 @@ class PostgresTable:
         return claimed
 
     async def finish(self, ends: Sequence[End]) -> list[bool]:
-        plain = [end for end in ends if isinstance(end, Done) and end.then is None]
+        plain = [
+            end
+            for end in ends
+            if isinstance(end, Done) and end.then is None and end.lost_from is None
+        ]
         if len(plain) == len(ends):
             # The common case, a batch of runs that simply finished: one statement, on the
             # connection kept for serve's ends (its groups are written one at a time).
@@ -394,13 +403,24 @@ class PostgresTable:
         async def apply(conn: psycopg.AsyncConnection[Any]) -> list[bool]:
             applied = []
             for end in ends:
+                lost = lost_values(end)
+                if lost is not None:
+                    await conn.execute(SQL["lost"], lost)
+                tried = attempt_values(end)
+                if tried is not None:
+                    await conn.execute(SQL["attempt"], tried)
                 if isinstance(end, Done) and end.finished_at is not None:
                     cur = await conn.execute(SQL["keep"], keep_params(end))
                     found = await cur.fetchone()
                     ok = found is not None and found[0] == 1
+                elif isinstance(end, Done):  # the row goes, its attempts with it
+                    cur = await conn.execute(SQL["done"], {"id": end.id, "attempts": end.attempts})
+                    ok = cur.rowcount == 1
                 else:
                     cur = await conn.execute(*end_sql(end))
                     ok = cur.rowcount == 1
+                if ok and isinstance(end, Died):
+                    await conn.execute(SQL["death"], death_values(end))
                 if ok and end.then is not None:
                     await insert(conn, end.then)
                 applied.append(ok)
@@ -420,8 +440,9 @@ class PostgresTable:
 
     async def cancel(self, row_id: int) -> bool:
         async def cancel(conn: psycopg.AsyncConnection[Any]) -> bool:
-            cur = await conn.execute(SQL["cancel"], (row_id,))
-            return cur.rowcount == 1
+            cur = await conn.execute(SQL["cancel"], {"id": row_id})
+            found = await cur.fetchone()
+            return found is not None and found[0] == 1
 
         return await self._connections.run(cancel, "a cancel", transaction=False)
 
@@ -469,7 +490,10 @@ class PostgresTable:
 
     async def row(self, row_id: int) -> RowView | None:
         found = await self._all(SQL["row"], {"id": row_id})
-        return row_view(found[0]) if found else None
+        if not found:
+            return None
+        tried = await self._all(SQL["attempts_of"], (row_id,))
+        return row_view(found[0]).with_attempts([attempt_of(r) for r in tried])
 
     async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
         query, params = find_statement(where, after, limit, postgres=True)
@@ -492,7 +516,7 @@ class PostgresTable:
 
     async def cancel_many(self, ids: Sequence[int]) -> list[int]:
         found = await self._all(
-            SQL["cancel_many"], (list(ids),), what=f"a cancel of {count_of(len(ids), 'row')}"
+            SQL["cancel_many"], {"ids": list(ids)}, what=f"a cancel of {count_of(len(ids), 'row')}"
         )
         return [r[0] for r in found]
 
@@ -509,7 +533,8 @@ class PostgresTable:
     async def prune(self, before_us: int, limit: int) -> int:
         async def prune(conn: psycopg.AsyncConnection[Any]) -> int:
             cur = await conn.execute(SQL["prune"], (before_us, limit))
-            return cur.rowcount
+            found = await cur.fetchone()
+            return 0 if found is None else int(found[0])
 
         # On the workers' pool: the worker prunes, and its sessions plan without sequential
         # scans, so the prune's plan walks the history's index however small it was planned.

@@ -62,6 +62,25 @@ CREATE TABLE IF NOT EXISTS nilo_jobs_workers (    -- serving processes (version 
     running     TEXT    NOT NULL                    -- JSON list of the row ids it holds
 );
 CREATE INDEX IF NOT EXISTS nilo_jobs_workers_beat ON nilo_jobs_workers (beat_at);
+CREATE TABLE IF NOT EXISTS nilo_jobs_attempts (  -- attempts that did not end done (version 7)
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,  -- the order they were written in
+    row_id      INTEGER NOT NULL,                   -- the row's id (in nilo_jobs or nilo_jobs_done)
+    attempt     INTEGER NOT NULL,                   -- the row's attempts when it ended
+    started_at  INTEGER,                            -- µs, its claim
+    ended_at    INTEGER NOT NULL,                   -- µs
+    worker      TEXT,                               -- host:pid that ran it
+    outcome     TEXT    NOT NULL,                   -- retrying, dead, snoozed, released, lost
+    error       TEXT,                               -- its failure's class name, message and
+    detail      TEXT,                               -- traceback, bounded as the row's
+    traceback   TEXT
+);
+CREATE INDEX IF NOT EXISTS nilo_jobs_attempts_row ON nilo_jobs_attempts (row_id, id);
+CREATE TABLE IF NOT EXISTS nilo_jobs_deaths (    -- deaths by kind and minute, a day (version 7)
+    kind        TEXT    NOT NULL,
+    minute      INTEGER NOT NULL,                   -- µs since the epoch, the minute's start
+    deaths      INTEGER NOT NULL,
+    PRIMARY KEY (kind, minute)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nilo_jobs_version (
     version         INTEGER NOT NULL,   -- the table's version
     compatible_from INTEGER NOT NULL    -- the oldest version whose nilo-job works on it
@@ -92,6 +111,20 @@ ALTER TABLE nilo_jobs ADD COLUMN trace TEXT;
 -- Version 6 adds the registry of serving processes, a table of its own (made by `create`, which
 -- runs before the steps): no column of nilo_jobs changes, and an older nilo-job never reads it.
 SELECT 1;
+
+-- name: upgrade_to_7
+-- Version 7 keeps each row's attempts and counts deaths by the minute, in tables of their own
+-- (made by `create`, which runs before the steps): no column of nilo_jobs changes. Each dead
+-- row's death is recorded as its last attempt and counted in its minute.
+INSERT INTO nilo_jobs_attempts (row_id, attempt, started_at, ended_at, worker, outcome, error,
+                                detail, traceback)
+SELECT id, attempts, started_at, died_at, worker, 'dead', error, detail, traceback
+FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL ORDER BY id;
+INSERT INTO nilo_jobs_deaths (kind, minute, deaths)
+SELECT kind, died_at - died_at % 60000000, count(*)
+FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL
+GROUP BY kind, died_at - died_at % 60000000
+ON CONFLICT (kind, minute) DO NOTHING;
 
 -- name: worker_register
 -- A serving process records itself as its serve starts (again, after its entry was forgotten).
@@ -186,6 +219,46 @@ ORDER BY lease_until, id LIMIT :limit;
 SELECT count(*) FROM nilo_jobs
 WHERE state = 'running' AND lease_until > :now AND +kind = :kind;
 
+-- name: attempt
+-- The attempt an end closes, recorded before the end's statement changes the row (one
+-- transaction): ended_at, outcome, error, detail, traceback, id, attempts.
+INSERT INTO nilo_jobs_attempts (row_id, attempt, started_at, ended_at, worker, outcome, error,
+                                detail, traceback)
+SELECT id, attempts, started_at, :ended_at, worker, :outcome, :error, :detail, :traceback
+FROM nilo_jobs WHERE id = :id AND state = 'running' AND attempts = :attempts;
+
+-- name: lost
+-- The attempt a worker lost with its lease (it stopped being heard from), recorded by the one
+-- that took the row back as that claim ends: ended when the claim took it (the row's
+-- started_at).
+INSERT INTO nilo_jobs_attempts (row_id, attempt, ended_at, worker, outcome)
+SELECT id, attempts - 1, coalesce(started_at, lease_until), :worker, 'lost'
+FROM nilo_jobs WHERE id = :id AND state = 'running' AND attempts = :attempts;
+
+-- name: attempts_trim
+-- A row's attempts past the newest 20 (ATTEMPTS_KEPT), forgotten: the row's id.
+DELETE FROM nilo_jobs_attempts WHERE row_id = :id AND id < (
+    SELECT id FROM nilo_jobs_attempts WHERE row_id = :id ORDER BY id DESC LIMIT 1 OFFSET 19);
+
+-- name: death
+-- A death counted in its minute (the kind is the dead row's).
+INSERT INTO nilo_jobs_deaths (kind, minute, deaths)
+SELECT kind, :minute, 1 FROM nilo_jobs WHERE id = :id
+ON CONFLICT (kind, minute) DO UPDATE SET deaths = deaths + 1;
+
+-- name: deaths_trim
+-- The dead row's kind's minutes older than a day, forgotten.
+DELETE FROM nilo_jobs_deaths
+WHERE kind = (SELECT kind FROM nilo_jobs WHERE id = :id) AND minute < :oldest;
+
+-- name: attempts_forget
+-- The attempts of rows deleted: a JSON list of their ids.
+DELETE FROM nilo_jobs_attempts WHERE row_id IN (SELECT value FROM json_each(?));
+
+-- name: attempts_of
+SELECT attempt, outcome, started_at, ended_at, worker, error, detail, traceback
+FROM nilo_jobs_attempts WHERE row_id = ? ORDER BY id;
+
 -- name: done
 DELETE FROM nilo_jobs WHERE id = ? AND state = 'running' AND attempts = ?;
 
@@ -228,6 +301,9 @@ WHERE id = ? AND state = 'running' AND attempts = ? AND unique_key IS NOT NULL;
 
 -- name: cancel
 DELETE FROM nilo_jobs WHERE id = ? AND state = 'queued';
+
+-- name: attempts_forget_one
+DELETE FROM nilo_jobs_attempts WHERE row_id = ?;
 
 -- name: holding
 SELECT id, kind, state, payload, run_at, attempts, unique_key, lease_until, error, died_at, detail,
@@ -291,7 +367,8 @@ DELETE FROM nilo_jobs_done WHERE id IN (SELECT value FROM json_each(?)) RETURNIN
 
 -- name: prune
 DELETE FROM nilo_jobs_done WHERE id IN (
-    SELECT id FROM nilo_jobs_done WHERE finished_at < ? ORDER BY finished_at, id LIMIT ?);
+    SELECT id FROM nilo_jobs_done WHERE finished_at < ? ORDER BY finished_at, id LIMIT ?)
+RETURNING id;
 
 -- name: pause
 INSERT INTO nilo_jobs_paused (kind, paused_at) VALUES (?, ?) ON CONFLICT (kind) DO NOTHING;
@@ -306,8 +383,7 @@ SELECT kind, paused_at FROM nilo_jobs_paused;
 SELECT kind, 'done', finished_at - finished_at % 60000000 AS minute, count(*)
 FROM nilo_jobs_done WHERE finished_at >= :since GROUP BY kind, minute
 UNION ALL
-SELECT kind, 'dead', died_at - died_at % 60000000 AS minute, count(*)
-FROM nilo_jobs WHERE state = 'dead' AND died_at >= :since GROUP BY kind, minute;
+SELECT kind, 'dead', minute, deaths FROM nilo_jobs_deaths WHERE minute >= :since;
 
 -- name: durations
 SELECT finished_at - started_at FROM nilo_jobs_done

@@ -28,13 +28,17 @@ from ..._errors import Refusal
 from ..._types import Stats
 from .. import _schema, _sql
 from .._sql import (
+    attempt_of,
+    attempt_values,
     claimed_row,
     count_statement,
     dead_row,
+    death_values,
     end_statement,
     entry_params,
     find_statement,
     keep_values,
+    lost_values,
     row_view,
     unwrap_django,
     worker_entry,
@@ -45,6 +49,7 @@ from ..contract import (
     MAX_PAYLOAD,
     Claimed,
     DeadRow,
+    Died,
     Done,
     End,
     NewRow,
@@ -326,9 +331,23 @@ class SqliteTable:
         def apply(conn: sqlite3.Connection) -> list[bool]:
             applied = []
             for end in ends:
+                lost = lost_values(end)
+                if lost is not None:
+                    conn.execute(SQL["lost"], lost)
+                tried = attempt_values(end)
+                if tried is not None:
+                    conn.execute(SQL["attempt"], tried)
+                if lost is not None or tried is not None:
+                    conn.execute(SQL["attempts_trim"], {"id": end.id})
                 if isinstance(end, Done) and end.finished_at is not None:
                     conn.execute(SQL["keep"], keep_values(end))
                 ok = conn.execute(*_statement(end)).rowcount == 1
+                if ok and isinstance(end, Done) and end.finished_at is None:
+                    conn.execute(SQL["attempts_forget_one"], (end.id,))  # the row is gone
+                if ok and isinstance(end, Died):
+                    deaths = death_values(end)
+                    conn.execute(SQL["death"], deaths)
+                    conn.execute(SQL["deaths_trim"], deaths)
                 if ok and end.then is not None:
                     _insert(conn, [end.then])
                 applied.append(ok)
@@ -354,11 +373,13 @@ class SqliteTable:
         return await self._db.call(lambda conn: self._db.write(conn, hand_on), work=True)
 
     async def cancel(self, row_id: int) -> bool:
-        return await self._db.call(
-            lambda conn: self._db.write(
-                conn, lambda c: c.execute(SQL["cancel"], (row_id,)).rowcount == 1
-            )
-        )
+        def cancel(conn: sqlite3.Connection) -> bool:
+            if conn.execute(SQL["cancel"], (row_id,)).rowcount != 1:
+                return False
+            conn.execute(SQL["attempts_forget_one"], (row_id,))
+            return True
+
+        return await self._db.call(lambda conn: self._db.write(conn, cancel))
 
     async def _ids(self, name: str, ids: Sequence[int], *first: object) -> list[int]:
         """Run the statement `name` over `ids` in one write transaction; the ids it returned."""
@@ -376,23 +397,34 @@ class SqliteTable:
         return again
 
     async def cancel_many(self, ids: Sequence[int]) -> list[int]:
-        return await self._ids("cancel_many", ids)
+        data = json.dumps(list(ids))
+
+        def cancel(conn: sqlite3.Connection) -> list[int]:
+            gone = [r[0] for r in conn.execute(SQL["cancel_many"], (data,)).fetchall()]
+            conn.execute(SQL["attempts_forget"], (json.dumps(gone),))
+            return gone
+
+        return await self._db.call(lambda conn: self._db.write(conn, cancel))
 
     async def delete_many(self, ids: Sequence[int]) -> list[int]:
         data = json.dumps(list(ids))
 
         def delete(conn: sqlite3.Connection) -> list[int]:
             gone = [r[0] for r in conn.execute(SQL["delete_dead"], (data,)).fetchall()]
-            return gone + [r[0] for r in conn.execute(SQL["delete_done"], (data,)).fetchall()]
+            gone += [r[0] for r in conn.execute(SQL["delete_done"], (data,)).fetchall()]
+            conn.execute(SQL["attempts_forget"], (json.dumps(gone),))
+            return gone
 
         return await self._db.call(lambda conn: self._db.write(conn, delete))
 
     async def prune(self, before_us: int, limit: int) -> int:
         def prune(conn: sqlite3.Connection) -> int:
-            return conn.execute(SQL["prune"], (before_us, limit)).rowcount
+            gone = [r[0] for r in conn.execute(SQL["prune"], (before_us, limit)).fetchall()]
+            conn.execute(SQL["attempts_forget"], (json.dumps(gone),))  # with their rows
+            return len(gone)
 
         # On the workers' connection: a pruned row lost to a power cut is pruned again.
-        return await self._db.call(lambda conn: self._db.retry_busy(lambda: prune(conn)), work=True)
+        return await self._db.call(lambda conn: self._db.write(conn, prune), work=True)
 
     async def pause(self, kind: str, at_us: int) -> bool:
         return await self._db.call(
@@ -434,10 +466,14 @@ class SqliteTable:
         return await self.find(Where(state=check_state(state)), None, limit)
 
     async def row(self, row_id: int) -> RowView | None:
-        found = await self._db.call(
-            lambda conn: conn.execute(SQL["row"], {"id": row_id}).fetchone()
-        )
-        return None if found is None else row_view(found)
+        def read(conn: sqlite3.Connection) -> RowView | None:
+            found = conn.execute(SQL["row"], {"id": row_id}).fetchone()
+            if found is None:
+                return None
+            tried = conn.execute(SQL["attempts_of"], (row_id,)).fetchall()
+            return row_view(found).with_attempts([attempt_of(r) for r in tried])
+
+        return await self._db.call(read)
 
     async def find(self, where: Where, after: tuple[int, int] | None, limit: int) -> list[RowView]:
         query, params = find_statement(where, after, limit, postgres=False)
