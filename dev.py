@@ -10,11 +10,11 @@ it: `demo` installs only what the demo needs (the `demo` extra: the SMTP server)
 tool the suite uses (the `dev` extra). Arguments after `test` go to pytest.
 
 `--all-pythons` (what CI runs) also creates `.venv-3.12` and `.venv-3.13` with those interpreters
-(`python3.12` on PATH, or pyenv's) and runs there every test that needs no PostgreSQL (`-m "not
-postgres"`: the Memory and SQLite tests, the frameworks, the command line), then the PostgreSQL
-tests of what only installs on those versions (the Django 6 Tasks backend). An interpreter that
-is missing is skipped with a sentence, except in CI (CI=true), where it is a failure. Nothing here
-is needed by users of the library.
+(`python3.12` on PATH, or pyenv's) and runs there every test that needs no PostgreSQL nor
+MariaDB (`-m "not postgres and not mariadb"`: the Memory and SQLite tests, the frameworks, the
+command line), then the PostgreSQL tests of what only installs on those versions (the Django 6
+Tasks backend). An interpreter that is missing is skipped with a sentence, except in CI
+(CI=true), where it is a failure. Nothing here is needed by users of the library.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_elsewhere(version: str, pytest_args: list[str]) -> int:
     except subprocess.CalledProcessError as error:
         print(f"FAILED: could not make .venv-{version} with {python}: {error}", flush=True)
         return 1
-    if code := run(py, "-m", "pytest", "-m", "not postgres", *pytest_args):
+    if code := run(py, "-m", "pytest", "-m", "not postgres and not mariadb", *pytest_args):
         return code
     only = [name for name in ONLY_ELSEWHERE if (ROOT / name).exists()]
     if not only:

@@ -263,9 +263,11 @@ class Jobs:
             The new rows' ids, in the order of `values`.
 
         Raises:
-            Refusal: a value cannot be pushed (nothing is written).
+            Refusal: a value cannot be pushed (nothing is written); the sentence names it by
+                its place in the list (`push_many: item 3 of 10 (values[2]): …`), and the
+                options, refused once, name none.
             PayloadTooLarge: a payload's JSON is over the store's `max_payload` (a `Refusal`
-                too); nothing is written.
+                too), named by its place the same way; nothing is written.
             QueueFull: the store has no room (Memory); nothing is written.
             StoreUnavailable: the store cannot be reached; nothing is written.
         """

@@ -79,16 +79,8 @@ class Producer:
         """
         kind = self.kinds.get(type(value))
         if kind is None:
-            raise Refusal(not_a_kind(value, list(self.kinds)))
-        if after_ms is not None and at is not None:
-            raise Refusal(f"{call} takes after_ms or at, not both: one says when the row is due")
-        now = self.clock.now()
-        if after_ms is not None:
-            run_at = due(now, after_ms, f"{call}(after_ms={{}})")
-        elif at is not None:
-            run_at = moment(at, f"{call}(at={{}})", "at")
-        else:
-            run_at = now
+            raise Refusal(not_a_kind(value, list(self.kinds), call))
+        now, run_at = self.run_at(after_ms, at, call)
         if unique is not None:
             if not isinstance(unique, str) or not unique:
                 raise Refusal(f"unique={unique!r}: a non-empty str key")
@@ -101,6 +93,21 @@ class Producer:
         if self.max_payload is not None and len(payload) > self.max_payload:
             self.check_size(kind, payload, call)
         return kind, NewRow(kind.name, payload, run_at, unique, pushed_at=now)
+
+    def run_at(self, after_ms: int | None, at: int | datetime | None, call: str) -> tuple[int, int]:
+        """Now, and when a row pushed now with `after_ms` or `at` is due (µs).
+
+        Raises:
+            Refusal: both are given, or one is not a time a store can hold (`_bounds`).
+        """
+        if after_ms is not None and at is not None:
+            raise Refusal(f"{call} takes after_ms or at, not both: one says when the row is due")
+        now = self.clock.now()
+        if after_ms is not None:
+            return now, due(now, after_ms, f"{call}(after_ms={{}})")
+        if at is not None:
+            return now, moment(at, f"{call}(at={{}})", "at")
+        return now, now
 
     def check_size(self, kind: Kind, payload: bytes, call: str) -> None:
         """Refuse `payload`, of `kind`, when it is over the store's `max_payload`.
@@ -182,9 +189,15 @@ class Producer:
         """`Jobs.push_many`: the new rows' ids, in order."""
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
             raise Refusal("push_many takes a list of values (instances of the queue's kinds)")
-        made = [self.new_row(value, after_ms, at, None, "push_many") for value in values]
-        if not made:
+        if not values:
             return []
+        self.run_at(after_ms, at, "push_many")  # the options, refused once for every value
+        made = []
+        for index, value in enumerate(values):
+            try:
+                made.append(self.new_row(value, after_ms, at, None, "push_many"))
+            except Refusal as refusal:
+                raise _of_item(refusal, index, len(values)) from None
         rows = [row for _kind, row in made]
         with self.observers.pushing(rows[0].kind):
             rows = [_traced(row) for row in rows]
@@ -235,6 +248,14 @@ class Producer:
         return answers[0]
 
 
+def _of_item(refusal: Refusal, index: int, count: int) -> Refusal:
+    """`refusal` of one value of push_many, as the same class, its sentence naming the value by
+    its place in the list: `push_many: item 3 of 10 (values[2]): …`."""
+    said = str(refusal).removeprefix("push_many: ")
+    where = f"push_many: item {index + 1:,} of {count:,} (values[{index}])"
+    return type(refusal)(f"{where}: {said}")
+
+
 def _traced(row: NewRow) -> NewRow:
     """`row` with the trace context current here (the push's span, under an observer that makes
     one), or as it is when there is none."""
@@ -258,25 +279,35 @@ def _raise_with(store: Store) -> str:
     return f"the max_payload of {type(store).__name__}"
 
 
-def not_a_kind(value: object, kinds: list[type]) -> str:
-    """Why `value` cannot be pushed to a queue of `kinds`, in a sentence that says what to push."""
+def not_a_kind(value: object, kinds: list[type], call: str = "push") -> str:
+    """Why `value` cannot be pushed to a queue of `kinds` by `call` (push, push_many, push_in),
+    in a sentence that says what to push."""
     known = ", ".join(cls.__name__ for cls in kinds)
     first = kinds[0].__name__ if kinds else "YourKind"
     if isinstance(value, type):
         if value in kinds:
             return (
-                f"push takes a {value.__name__} value, not the class itself: "
-                f"push({value.__name__}(...)) with its fields"
+                f"{call} takes a {value.__name__} value, not the class itself: "
+                f"{_pushed(call, value.__name__)} with its fields"
             )
         return (
-            f"push takes a value of one of this queue's kinds ({known}), not the class "
+            f"{call} takes a value of one of this queue's kinds ({known}), not the class "
             f"{value.__name__}"
         )
     name = type(value).__name__
     if type(value).__module__ == "builtins":
         article = "an" if name[:1] in "aeiou" else "a"
         return (
-            f"push takes a value of one of this queue's kinds ({known}), not {article} {name}: "
-            f"build it first, like push({first}(...)) with its fields"
+            f"{call} takes a value of one of this queue's kinds ({known}), not {article} {name}: "
+            f"build it first, like {_pushed(call, first)} with its fields"
         )
     return f"{name} is not a kind of this queue ({known}): add it to job.Jobs(kinds=[...])"
+
+
+def _pushed(call: str, name: str) -> str:
+    """How `call` pushes a value of the class `name`, as code."""
+    if call == "push_many":
+        return f"push_many([{name}(...), ...])"
+    if call == "push_in":
+        return f"push_in(tx, {name}(...))"
+    return f"{call}({name}(...))"

@@ -46,3 +46,16 @@ def utc_exact(us: int | None) -> str:
     except OverflowError:
         return f"{us} µs"
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def duration(ms: float | None) -> str:
+    """A duration in milliseconds in words: "840 ms", "2.5 s", "3 min 4 s"; "–" for None."""
+    if ms is None:
+        return "–"
+    if ms < 1_000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1_000:.1f} s"
+    if ms < 3_600_000:
+        return f"{int(ms // 60_000)} min {int(ms % 60_000 // 1_000)} s"
+    return f"{int(ms // 3_600_000)} h {int(ms % 3_600_000 // 60_000)} min"

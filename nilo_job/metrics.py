@@ -15,6 +15,9 @@ What is measured (times in seconds):
     nilo_job_workers_alive{kind}         gauge      serving processes of the worker registry
                                                     that run the kind and are alive (not lost),
                                                     at each scrape
+    nilo_job_cleanup_held_back_seconds   gauge      how long the oldest transaction that holds
+                                                    back the cleanup of the queue's tables has
+                                                    lasted (0: none), at each scrape
     nilo_job_pushed_total{kind}          counter    rows this process inserted (push, push_in,
                                                     seeding); a unique key already taken is not
     nilo_job_runs_total{kind,outcome}    counter    ends this process wrote: done, retrying,
@@ -222,6 +225,12 @@ class Metrics:
                     for kind in entry.kinds:
                         alive[kind] = alive.get(kind, 0) + 1
             self._rows.alive = alive
+        try:
+            held = await store.held_back()
+        except Exception as error:  # a role that may not look: the rest stands
+            log.debug("metrics: cannot look at what holds back the cleanup: %r", error)
+            held = None
+        self._rows.held_s = 0.0 if held is None else held.age_s
 
     async def exposition(self) -> tuple[bytes, str]:
         """`refresh`, then the registry in Prometheus's text format, and its content type."""
@@ -363,6 +372,7 @@ class _Rows:
         self.waited_s: dict[str, float] = {}
         self.paused: set[str] = set()
         self.alive: dict[str, int] = {}  # live serving processes per kind
+        self.held_s = 0.0  # how long the cleanup of the tables has been held back
 
     def _families(self) -> tuple[GaugeMetricFamily, ...]:
         rows = GaugeMetricFamily(
@@ -382,13 +392,18 @@ class _Rows:
             "Serving processes of the worker registry that run the kind and are alive.",
             labels=["kind"],
         )
-        return rows, up, waited, paused, alive
+        held = GaugeMetricFamily(
+            "nilo_job_cleanup_held_back_seconds",
+            "How long the oldest transaction holding back the cleanup of the queue's tables "
+            "has lasted (0: none).",
+        )
+        return rows, up, waited, paused, alive, held
 
     def describe(self) -> Iterable[Metric]:
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        rows, up, waited, paused, alive = self._families()
+        rows, up, waited, paused, alive, held = self._families()
         counts = self.counts
         up.add_metric([], 0 if counts is None else 1)
         if counts is None:
@@ -402,4 +417,5 @@ class _Rows:
             paused.add_metric([kind], 1 if kind in self.paused else 0)
         for kind in sorted({*self.kinds, *self.alive}):
             alive.add_metric([kind], self.alive.get(kind, 0))
-        return [rows, up, waited, paused, alive]
+        held.add_metric([], self.held_s)
+        return [rows, up, waited, paused, alive, held]

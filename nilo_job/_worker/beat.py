@@ -10,8 +10,14 @@ is lost (its process died or cannot reach the store); the beat of any process de
 lost for longer than `FORGET_US`.
 
 The registry is for operators: a beat that fails is said in the log and tried again at the next
-beat, and never stops serve. Under `heartbeat_ms`, beats that fail for longer than the lease say
-that the rows this process holds may be taken and run again by another worker.
+beat, and never stops serve. Under `heartbeat_ms`, a process that could not beat for about the
+lease says so once, with why and what it means for the rows it holds (another worker may take and
+run again those whose lease runs out). A beat cannot be sent on time when the process was paused
+(SIGSTOP, a suspended machine) or its event loop was blocked, and cannot be answered when the
+store cannot be reached: the beat measures how late the event loop ran (it waits in steps of a
+quarter beat, each measured against when it was due to wake; a step late by more than a quarter
+beat counts whole) and tells the two apart. When the loop ran late for half the lease or more
+since the last beat answered, the loop is why; otherwise the store is.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ class Beat:
         self.entry: WorkerEntry | None = None
         self.failing_since: float | None = None  # when beats began to fail (monotonic, s)
         self.answered_at = time.monotonic()  # when the last beat the store took was sent
+        self.late_s = 0.0  # how late the event loop ran since then (s): paused, or blocked
         self.past_lease = False  # the WARNING that held rows may run again was logged
 
     async def register(self, kinds: Sequence[str], workers: int) -> None:
@@ -113,7 +120,9 @@ class Beat:
         while True:
             # At a fixed rate: a slow beat does not push the next one back.
             due = max(due + self.beat_ms / 1_000, loop.time())
-            await asyncio.sleep(due - loop.time())
+            while (left_s := due - loop.time()) > 0:
+                step_s = min(left_s, self.beat_ms / 4_000)
+                await self._step(asyncio.sleep(step_s), step_s)
             await self.once()
 
     async def once(self) -> None:
@@ -125,7 +134,7 @@ class Beat:
         now = self.clock.now()
         running = sorted(set(self.held()))
         until = None if self.lease_ms is None else now + self.lease_ms * 1_000
-        sent = time.monotonic()
+        sent, late_s = time.monotonic(), self.late_s
         try:
             found = await self._answer(
                 self.store.beat(entry.id, now, running, until, worker(), now - FORGET_US)
@@ -137,12 +146,11 @@ class Beat:
         except Exception as error:
             self._failed(error)
             return
+        unbeaten_s = sent - self.answered_at
         self.answered_at = sent  # the leases it renewed count from when it was sent
+        self.late_s -= late_s  # (what the loop ran late after `sent` counts from it)
         if self.failing_since is not None:
-            log.info(
-                "beating again: the store answered after %.1f s",
-                time.monotonic() - self.failing_since,
-            )
+            log.info("beating again after %.1f s without a beat answered", unbeaten_s)
             self.failing_since, self.past_lease = None, False
 
     async def _answer(self, call: Coroutine[Any, Any, bool]) -> bool:
@@ -153,13 +161,24 @@ class Beat:
             return await call
         beating = asyncio.ensure_future(call)
         try:
-            left_s = self.answered_at + self.lease_ms / 1_000 - time.monotonic()
-            await asyncio.wait({beating}, timeout=max(0.0, left_s))
+            until = self.answered_at + self.lease_ms / 1_000
+            while not beating.done() and (left_s := until - time.monotonic()) > 0:
+                step_s = min(left_s, self.beat_ms / 4_000)
+                await self._step(asyncio.wait({beating}, timeout=step_s), step_s)
             if not beating.done():
                 self._past_lease(None)
             return await beating
         finally:
             beating.cancel()  # (only a cancel of this beat leaves it pending here)
+
+    async def _step(self, wait: Coroutine[Any, Any, object], step_s: float) -> None:
+        """Await `wait`, which returns within `step_s` seconds on a loop that runs on time;
+        what it took past that, when over a quarter beat (less is a busy loop's jitter), is how
+        late the loop ran (the process was paused, or the loop blocked), added to `late_s`."""
+        woken_at = time.monotonic() + step_s
+        await wait
+        if (late_s := time.monotonic() - woken_at) > self.beat_ms / 4_000:
+            self.late_s += late_s
 
     async def unregister(self) -> None:
         """Delete this process's entry (a clean stop); a failure is logged, and the entry is
@@ -191,23 +210,38 @@ class Beat:
             self._past_lease(name)
 
     def _past_lease(self, error: str | None) -> None:
-        """Say, once per outage, that the leases of the rows this process holds may run out
-        before a beat renews them (`error`: the failure's class name, None while a beat waits
-        for its answer)."""
+        """Say, once per outage, that this process could not beat for about its lease, why,
+        and that the rows it holds may be taken and run again once their leases run out
+        (`error`: the failed beat's class name, None while a beat waits for its answer)."""
         if self.lease_ms is None or self.past_lease:
             return
         self.past_lease = True
         if self.failing_since is None:
             self.failing_since = time.monotonic()  # (the beat in flight failed nothing yet)
-        down_ms = (time.monotonic() - self.answered_at) * 1_000
+        down_s = time.monotonic() - self.answered_at
+        late = self.late_s * 1_000 >= self.lease_ms / 2  # the loop stood still for half of it
         held = sorted(set(self.held()))
         shown = ", ".join(map(str, held[:20])) + (", …" if len(held) > 20 else "")
         log.warning(
-            "no beat has been answered for %.1f s and the lease is %d ms: %s",
-            down_ms / 1_000, self.lease_ms,
-            f"the {count_of(len(held), 'row')} this process holds ({shown}) may be taken "
-            "and run again by another worker (an end this process writes after that is "
-            "refused as a lost lease)"
+            "this process could not beat for %.1f s and the lease is %d ms: %s; %s",
+            down_s, self.lease_ms,
+            self._why(late, error),
+            f"of the {count_of(len(held), 'row')} this process holds ({shown}), any whose lease "
+            "runs out before a beat renews it may be taken and run again by another worker (an "
+            "end this process writes after that is refused as a lost lease)"
             if held else "this process holds no row",
-            extra={"error": error or "no answer"},
+            extra={"error": error or ("late" if late else "no answer")},
         )  # fmt: skip
+
+    def _why(self, loop_late: bool, error: str | None) -> str:
+        """Why no beat was answered: the event loop ran late for half the lease or more
+        (`loop_late`: the process was paused, or its loop blocked), or else the store could not
+        be reached (`error`: the failed beat's class name; None: the beat is unanswered)."""
+        if loop_late:
+            said = (
+                f"its event loop ran {self.late_s:.1f} s late (the process was paused, or its "
+                "event loop was blocked)"
+            )
+            return said if error is None else f"{said}, and the beat failed with {error}"
+        store = f"the beat failed with {error}" if error else "the last beat is still unanswered"
+        return f"the store could not be reached ({store})"

@@ -9,6 +9,12 @@ cancelled by a stop past its grace. An end the store cannot take because it is u
 tried again for as long as the row's lease lasts: past it another worker may take the row, and
 this end no longer matters (the row runs again: at least once). Rows claimed and never started
 are given back (`give_back`) without being told: they did not run.
+
+While serve runs, `Ends` also keeps what serve's bound (`Bound`) and its stop need: the rows
+whose ends are being written (`writing`), how many ends the last write took, whether ends fail,
+and the rows whose ends could not be written (held until their leases may have run out). Ends
+that cannot be written are one WARNING as they begin to fail (each failure after it is logged
+at DEBUG), and one INFO once an end is written again.
 """
 
 from __future__ import annotations
@@ -28,13 +34,23 @@ from .._group_commit import Grouped
 from .._kinds import Kind
 from .._observers import Observers, Outcome
 from .._spaces import Statuses
-from .._text import printable
+from .._text import count_of, printable
 from .._types import RetryIn, Snooze, State
 from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Snoozed, Store
+from .feed import Bound
 from .outcome import in_ascii, user_traceback
 from .wakeups import Wakeups
 
 log = logging.getLogger("nilo_job")
+
+
+def _nothing() -> None:
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    """`error`'s text up to its first line break (a driver may add lines of context)."""
+    return str(error).split("\n", 1)[0]
 
 
 def _in_ascii(end: End) -> End | None:
@@ -73,10 +89,34 @@ class Ends:
         self.statuses = statuses
         self.group: Grouped[End, bool] | None = None  # while serve runs
         self.background: set[asyncio.Task[Any]] = set()
+        # While serve runs: the rows whose ends are being written (decided, not yet answered;
+        # one whose writer was cancelled stays until the group answers it, or for good when no
+        # group will), and serve's bound, with the rows whose ends could not be written.
+        self.writing: dict[int, Ending] = {}
+        self.bound = Bound(lease_ms)
+        self.failing: float | None = None  # since when ends fail (monotonic, s), while they do
+        self.failure = ""  # the last failure to write an end, in words
 
-    def start_grouping(self) -> None:
-        """serve begins: ends from now on share `finish` calls, written by the group's task."""
-        self.group = Grouped(self.store.finish, detached=True)
+    def start_grouping(self, workers: int = 0) -> None:
+        """serve begins, with `workers` workers (its bound: `Bound`): ends from now on share
+        `finish` calls, written by the group's task."""
+        self.group = Grouped(self._finish, detached=True)
+        self.writing.clear()
+        self.bound.serve(workers)
+        self.failing, self.failure = None, ""
+
+    def end_serving(self) -> None:
+        """serve has ended: forget the rows it held."""
+        self.writing.clear()
+        self.bound.clear()
+        self.bound.freed = _nothing
+        self.bound.base = 0
+
+    async def _finish(self, ends: list[End]) -> list[bool]:
+        """A group's write: `store.finish`, whose size serve's bound follows."""
+        applied = await self.store.finish(ends)
+        self.bound.written(len(ends))
+        return applied
 
     async def stop_grouping(self) -> None:
         """serve ends: until the groups waiting now are written, then ends go one by one."""
@@ -93,12 +133,29 @@ class Ends:
         after it).
 
         Under serve the end goes to the group, which writes it even if this task is cancelled
-        meanwhile; it is then told in a background task that `settled()` waits for.
+        meanwhile; it is then told in a background task that `settled()` waits for. Meanwhile
+        the row is among `writing`; a row whose end could not be written is held against
+        serve's bound until its lease may have run out (`Bound`).
 
         Raises:
             Exception: anything but `StoreUnavailable` that the store raised.
         """
-        applied, retried = await self._write(ending)
+        serving = self.group is not None
+        if serving:
+            self.writing[ending.row.id] = ending
+        try:
+            applied, retried = await self._write(ending)
+        except asyncio.CancelledError:
+            raise  # (left in `writing`: the group may still write it, and tells it late)
+        except Exception:
+            if serving:
+                self.writing.pop(ending.row.id, None)
+                self.bound.hold(ending.row.id)
+            raise
+        if serving:
+            self.writing.pop(ending.row.id, None)
+            if applied is None:
+                self.bound.hold(ending.row.id)
         await self._tell(ending, applied, retried)
         return applied
 
@@ -108,7 +165,46 @@ class Ends:
             await self.statuses.put(ending.row.id, *status)
 
     def _told_late(self, ending: Ending, applied: bool) -> None:
+        self.writing.pop(ending.row.id, None)
+        self._wrote()
         self.later(self._tell(ending, applied))
+
+    def _failed(self, ending: Ending, error: Exception, again: str) -> None:
+        """Writing `ending`'s end failed with `error` (`again`: what becomes of it). The first
+        failure since ends were last written is a WARNING; the others are DEBUG."""
+        kind, row_id = ending.kind.name, ending.row.id
+        name, said = type(error).__name__, _first_line(error)
+        self.failure = f"{name}: {said}"
+        self.bound.failing = self.group is not None
+        fields = {"kind": kind, "row": row_id, "error": name}
+        if self.failing is not None:
+            log.debug(
+                "%s row %d: writing its end failed again (%s: %s); %s",
+                kind, row_id, name, said, again, extra=fields,
+            )  # fmt: skip
+            return
+        self.failing = time.monotonic()
+        bound = (
+            "" if self.group is None
+            else f". Meanwhile this process takes no new row while it holds "
+            f"{count_of(self.bound.most(), 'row')} or more whose ends are not written"
+        )  # fmt: skip
+        log.warning(
+            "writing ends failed with %s: %s (%s row %d). Until an end is written again, the "
+            "rows whose ends are not written stay running under their leases: %s, and a row "
+            "whose end is never written runs again once its lease runs out%s",
+            name, said, kind, row_id, again, bound, extra=fields,
+        )  # fmt: skip
+
+    def _wrote(self) -> None:
+        """An end was written: if ends were failing, say they are written again."""
+        if self.failing is not None:
+            log.info(
+                "ends are written again, after %.1f s of failures", time.monotonic() - self.failing
+            )
+            self.failing = None
+            self.bound.failing = False
+            self.bound.freed()  # the bound is no longer the rows per worker alone
 
     async def _write(self, ending: Ending) -> tuple[bool | None, bool]:
         """`store.finish` of `ending`'s end, tried again through an outage for the lease: whether
@@ -133,12 +229,7 @@ class Ends:
                         kind, row.id, error, extra={"kind": kind, "row": row.id},
                     )  # fmt: skip
                     return None, retried
-                log.log(
-                    logging.DEBUG if retried else logging.WARNING,
-                    "%s row %d: writing its end failed (%s); trying again for as long as its "
-                    "lease lasts, first in %.2f s",
-                    kind, row.id, error, pause, extra={"kind": kind, "row": row.id},
-                )  # fmt: skip
+                self._failed(ending, error, f"each end is tried again (this one in {pause:.2f} s)")
                 retried = True
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
@@ -147,6 +238,7 @@ class Ends:
                 # the end is written with its text in plain ASCII rather than not at all.
                 plainer = _in_ascii(end)
                 if plainer is None:
+                    self._failed(ending, error, "an end the store refuses is not tried again")
                     raise
                 log.error(
                     "%s row %d: the store refused its end (%s: %s); writing it again with its "
@@ -156,13 +248,15 @@ class Ends:
                 )  # fmt: skip
                 end = plainer
             else:
+                self._wrote()
                 return applied, retried
 
     async def give_back(self, rows: Sequence[Claimed], run_at: int | None = None) -> int | None:
         """Queue `rows`, claimed and not started, again unrun (due when they were, or at
         `run_at`, µs), in one `finish` that a cancel of the caller does not cut short; a failure
-        leaves them to their lease. Answers how many were queued again (the others had been
-        taken by another worker), or None when the store did not take the write."""
+        leaves them to their lease (while serve runs, it holds them until then: `Bound`).
+        Answers how many were queued again (the others had been taken by another worker), or
+        None when the store did not take the write."""
         if not rows:
             return 0
         ends = [
@@ -170,7 +264,11 @@ class Ends:
         ]
         try:
             applied = await asyncio.shield(self.store.finish(ends))
-        except Exception:
+        except Exception as error:
+            if self.group is not None:
+                self.failure = f"{type(error).__name__}: {_first_line(error)}"
+                for row in rows:
+                    self.bound.hold(row.id)
             return None
         return sum(applied)
 

@@ -7,6 +7,14 @@ begins at the next turn of the loop, without waiting for the worker to wake firs
 knows how many workers wait (`idle`), how many of those a push in flight is claiming a row for
 (`promised`), and which rows have started and not yet ended (`tasks`), which is what serve's
 claim loop and its stop read.
+
+It also keeps serve within its bound (`Bound`) on the rows this process holds whose ends are not
+yet written: the rows started and not yet ended (running, or run and their ends being written),
+the rows claimed and waiting here, the rows a push in flight claims for an idle worker, and the
+rows whose ends could not be written, until their leases may have run out. A worker starts a row
+only while fewer than the bound are started or unwritten, and the claim loop and a push claim
+only into what is left of it. So while ends cannot be written, this process stops taking rows,
+instead of running the whole queue under leases that will run out.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Collection, Sequence
 
 from ..store.contract import Claimed
@@ -36,12 +45,94 @@ AHEAD_MOST = 16
 """and at most this many rows per worker."""
 WAIT_MOST_S = 0.25
 """A row claimed ahead and not started after this many seconds is given back to the table."""
+HELD_PER_WORKER = 2
+"""serve holds at most this many rows whose ends are not yet written per worker, plus what its
+writes of ends have shown they take (`Bound`)."""
+HELD_PER_WRITTEN = 8
+"""and this many more for each end of its largest recent write of ends (`Bound`)."""
+RECENT_S = 1.0
+"""A write of ends is recent for this many seconds."""
 
 
 def settle(freed: asyncio.Future[None]) -> None:
     """Free the worker waiting on `freed` (its row's run no longer needs it), unless it is."""
     if not freed.done():
         freed.set_result(None)
+
+
+def _nothing() -> None:
+    return None
+
+
+class Bound:
+    """serve's bound on the rows its process holds whose ends are not yet written (`most`), and
+    the rows whose ends could not be written (`unwritten`), which count against it.
+
+    The bound is `HELD_PER_WORKER` rows per worker (a row running on each, and as many more
+    claimed for them or run with their ends being written), plus `HELD_PER_WRITTEN` for each end
+    of the largest write of ends in the last `RECENT_S` (`wrote`). So while ends are written,
+    the bound follows the group commit: the workers start their next rows while the ends of the
+    last ones are written, and a write carries every end that came meanwhile. While ends fail
+    (`failing`), or when no write of ends has come back for `RECENT_S`, it is the rows per
+    worker alone.
+
+    A row whose end could not be written (the store refused it, or did not take it for the whole
+    lease), or that could not be given back, stays `running` in the table under its lease, and
+    then runs again: this process still holds it (`unwritten`) until its lease may have run out,
+    `lease_ms` after the failure (its lease is renewed no more: the beat renews only the rows
+    serve runs). `freed()` is called whenever the bound may have room again: such a row is
+    forgotten, or ends are written again after failing.
+
+    Args:
+        lease_ms: the queue's lease, in milliseconds.
+    """
+
+    def __init__(self, lease_ms: int) -> None:
+        self.lease_ms = lease_ms
+        self.unwritten: dict[int, asyncio.TimerHandle] = {}  # row id: the timer to forget it
+        self.freed: Callable[[], None] = _nothing
+        self.base = 0  # `HELD_PER_WORKER` per worker, while serve runs
+        self.wrote = 0  # the ends of the largest recent write of ends
+        self.wrote_at = 0.0  # when it was written (monotonic, s)
+        self.last_at = 0.0  # when the last write of ends was written (monotonic, s)
+        self.failing = False  # writing ends failed, and none has been written since
+
+    def most(self) -> int:
+        """The most rows whose ends are not yet written that serve may hold now."""
+        if self.failing or time.monotonic() - self.last_at > RECENT_S:
+            return self.base
+        return self.base + HELD_PER_WRITTEN * self.wrote
+
+    def written(self, ends: int) -> None:
+        """A write of ends took `ends`: the largest recent one, unless one as large was written
+        within `RECENT_S` before."""
+        now = self.last_at = time.monotonic()
+        if ends >= self.wrote or now - self.wrote_at > RECENT_S:
+            self.wrote, self.wrote_at = ends, now
+
+    def serve(self, workers: int) -> None:
+        """serve begins with `workers` workers: its bound starts at the rows per worker alone."""
+        self.clear()
+        self.base, self.wrote, self.failing = workers * HELD_PER_WORKER, 0, False
+        self.wrote_at = self.last_at = 0.0
+
+    def hold(self, row_id: int) -> None:
+        """`row_id`'s end could not be written: held until its lease may have run out."""
+        timer = self.unwritten.pop(row_id, None)
+        if timer is not None:
+            timer.cancel()
+        loop = asyncio.get_running_loop()
+        self.unwritten[row_id] = loop.call_later(self.lease_ms / 1_000, self._forget, row_id)
+
+    def _forget(self, row_id: int) -> None:
+        if self.unwritten.pop(row_id, None) is not None:
+            self.freed()
+
+    def clear(self) -> None:
+        """Forget every unwritten row, telling no one (serve begins, or has ended)."""
+        for timer in self.unwritten.values():
+            timer.cancel()
+        self.unwritten.clear()
 
 
 class Feed:
@@ -56,6 +147,12 @@ class Feed:
     `kinds` is what a push may hand to an idle worker here: the kinds serve claims now (none
     paused), less the `limited` ones (with a concurrency limit), whose rows only a claim may
     take, since a claim counts them against their limit.
+
+    `bound` bounds the rows held whose ends are not yet written (see the module): a row is
+    started only while fewer than `bound.most()` are started and not yet ended or unwritten,
+    and `wanted` and `has_unpromised_idle` leave room for no more than that in all. When room
+    comes back (a row ends, an unwritten one is forgotten, ends are written again), rows waiting
+    here go to idle workers and `want()` wakes the claim loop.
     """
 
     def __init__(
@@ -64,6 +161,8 @@ class Feed:
         kinds: Sequence[str],
         start: Start,
         limited: Collection[str] = (),
+        *,
+        bound: Bound,
     ) -> None:
         self.limited = frozenset(limited)
         self.kinds = frozenset(kinds)  # what serve claims now (none paused), less `limited`
@@ -77,6 +176,9 @@ class Feed:
         self.busy_since: dict[asyncio.Future[None], float] = {}
         self.promised = 0  # idle workers a push in flight is claiming a row for
         self.closed = False
+        self.bound = bound  # on the rows held whose ends are not yet written
+        bound.freed = self._room_back
+        self.starved = False  # the bound left the claim loop less than it wanted
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -104,17 +206,45 @@ class Feed:
     def _ended(self, freed: asyncio.Future[None], task: asyncio.Task[None]) -> None:
         self.tasks.pop(task, None)
         settle(freed)  # (if its run had not freed the worker yet)
+        if self.starved or (self.rows and self.idle):  # (rows wait for idle workers: the bound)
+            self._room_back()
+
+    def startable(self) -> bool:
+        """Whether a row may start now: fewer than the bound are started and not yet ended, or
+        unwritten."""
+        return len(self.tasks) + len(self.bound.unwritten) < self.bound.most()
+
+    def room(self) -> int:
+        """How many more rows this process may claim now (a claim, or a push for an idle
+        worker): the bound less the rows held whose ends are not yet written."""
+        held = len(self.tasks) + len(self.bound.unwritten) + len(self.rows) + self.promised
+        return self.bound.most() - held
+
+    def _room_back(self) -> None:
+        """The bound may have room again (a row ended while it kept rows from starting or from
+        being claimed, an unwritten one was forgotten, ends are written again): rows waiting
+        here start on idle workers, and the claim loop is woken if it may claim."""
+        if self.closed:
+            return
+        while self.rows and self.idle and self.startable():
+            waiter = self.idle.popleft()
+            if not waiter.done():
+                waiter.set_result(self._taken(*self.rows.popleft()))
+        if self.room() > 0:
+            self.starved = False
+            self.want()
 
     def has_unpromised_idle(self) -> bool:
-        """Whether a worker waits with no row promised to it by a push in flight."""
-        return not self.closed and len(self.idle) > self.promised
+        """Whether a worker waits with no row promised to it by a push in flight, and a row
+        pushed for it may be held (`room`)."""
+        return not self.closed and len(self.idle) > self.promised and self.room() > 0
 
     async def get(self) -> Taken | None:
         """The next row for a worker, started, waiting for one; None once the feed is
         closed."""
         if self.closed:
             return None
-        if self.rows:
+        if self.rows and self.startable():
             row, claimed_at = self.rows.popleft()
             if len(self.rows) <= self.low:
                 self.want()
@@ -136,10 +266,10 @@ class Feed:
                 self.idle.remove(waiter)
 
     def put(self, rows: Sequence[Claimed], claimed_at: int) -> None:
-        """Hand `rows` to waiting workers, first come first served, starting each; the rest
-        wait here."""
+        """Hand `rows` to waiting workers, first come first served, starting each while rows
+        may start (`startable`); the rest wait here."""
         for row in rows:
-            while self.idle:
+            while self.idle and self.startable():
                 waiter = self.idle.popleft()
                 if not waiter.done():
                     waiter.set_result(self._taken(row, claimed_at))
@@ -165,6 +295,8 @@ class Feed:
         here is a row another process could run), and none beyond the idle workers while more
         than half of what is claimed ahead still waits. A worker whose run has gone on for
         longer than `AHEAD_S` counts for none: it will not start a row claimed ahead soon.
+        Never more than `room()`: none while this process holds as many rows whose ends are not
+        yet written as its bound allows.
         """
         ahead = 0
         if pace_s is not None:
@@ -177,7 +309,11 @@ class Feed:
         waiting = len(self.rows)
         if idle <= 0 and waiting > self.low:
             return 0
-        return max(0, idle + ahead - waiting)
+        wanted, room = idle + ahead - waiting, self.room()
+        if wanted > room:
+            self.starved = True  # woken when room comes back (`_room_back`)
+            return max(0, room)
+        return max(0, wanted)
 
     def nap_s(self, poll_s: float) -> float:
         """How long the claim loop may sleep while it wants nothing: the poll, or less while

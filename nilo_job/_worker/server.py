@@ -10,6 +10,10 @@ within it (the store counts its live leases); its rows the limit leaves queued a
 again when one of its runs ends in this process, or at the poll. A stop gives back the rows
 claimed and not started (a claim being answered as the stop comes included), lets running rows
 finish for a grace period, then cancels them and gives their rows back unrun.
+
+A process holds a bounded number of rows whose ends are not yet written (`Bound`: two per worker,
+plus eight per end of its largest recent write of ends): while ends cannot be written, it stops
+claiming once it holds two per worker.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .._text import count_of
 from ..store.contract import Claimed
 from .beat import BEAT_MS, Beat
 from .feed import Feed
+from .holdback import HoldWatch
 from .parts import Parts
 from .pauses import Pauses, served
 from .pruner import Pruner
@@ -80,6 +85,7 @@ class Server:
         self.stop_began: float | None = None  # loop time serve was asked to stop
         self.claims: asyncio.Task[None] | None = None  # the claim loop's task, while serve runs
         self.tally = Tally()  # what became of the rows this process held as serve stopped
+        self.stop_given: set[int] = set()  # rows given back as serve stopped
 
     def alive(self) -> bool:
         """False once serve was started and its task has ended; True otherwise."""
@@ -127,14 +133,16 @@ class Server:
             raise
         self.task = asyncio.current_task()
         self.context, self.claiming, self.stopping = contextvars.copy_context(), False, False
-        self.stop_began, self.tally = None, Tally()
-        feed = self.wakeups.feed = Feed(wakeup.set, self.pauses.claimable, self._start, self.limits)
+        self.stop_began, self.tally, self.stop_given = None, Tally(), set()
+        self.ends.start_grouping(self.workers)  # (its bound, which the feed keeps to)
+        feed = self.wakeups.feed = Feed(
+            wakeup.set, self.pauses.claimable, self._start, self.limits, bound=self.ends.bound
+        )
         beat = self.beat = Beat(
             self.store, self.clock, self.heartbeat_ms or BEAT_MS,
             None if self.heartbeat_ms is None else self.lease_ms, lambda: held(feed),
         )  # fmt: skip
         beating = asyncio.create_task(beat.run(self.names, self.workers))
-        self.ends.start_grouping()
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
             asyncio.create_task(self.store.watch(self.wakeups.wake_at)),
@@ -142,6 +150,7 @@ class Server:
         ]
         if self.pruner is not None:
             helpers.append(asyncio.create_task(self.pruner.run()))
+        helpers.append(asyncio.create_task(HoldWatch(self.store, repr(self.store)).run()))
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(
             "serving %s with %s%s", ", ".join(self.names), count_of(self.workers, "worker"),
@@ -158,11 +167,14 @@ class Server:
             finally:
                 self.wakeups.feed = None
                 self.ends.group = None
-                await cancel_and_wait([*helpers, beating])
-                await beat.unregister()
-                self.beat = None
-                self.wakeups.stop()
-                log.info(self.tally.said())  # the stop's last line
+                self.ends.end_serving()
+                try:
+                    await cancel_and_wait([*helpers, beating])
+                    await beat.unregister()
+                finally:  # (also when a second cancel comes this late)
+                    self.beat = None
+                    self.wakeups.stop()
+                    log.info(self.tally.said())  # the stop's last line
 
     @contextlib.asynccontextmanager
     async def serving(
@@ -261,7 +273,7 @@ class Server:
                 self.claiming = False
             outage.answered()
             if self.stopping:  # serve was cancelled while the claim was answered
-                self.tally.given_back(len(rows), await self.ends.give_back(rows))
+                await self._give_back(rows)
                 return
             feed.put(rows, now)
             if len(rows) < limit:
@@ -340,15 +352,19 @@ class Server:
                 self.wakeups.wake_at(None)
         except Exception:
             # A status space or store failing beyond the runner: the row runs after its lease.
-            log.exception(
+            # (When it is its end that could not be written, the ends' WARNING has said so.)
+            unwritten = row.id in self.ends.bound.unwritten
+            log.log(
+                logging.DEBUG if unwritten else logging.ERROR,
                 "%s row %d: its run could not be recorded; it runs again after its lease",
-                row.kind, row.id, extra={"kind": row.kind, "row": row.id},
+                row.kind, row.id, exc_info=True, extra={"kind": row.kind, "row": row.id},
             )  # fmt: skip
 
     async def _stop(self, feed: Feed, workers: Sequence[asyncio.Task[None]], grace_ms: int) -> None:
         """Stop: rows claimed ahead go back unrun; running rows may finish (and write their
         ends) for `grace_ms` from when serve was asked to stop, then are cancelled (their rows
-        are given back).
+        are given back). Rows whose runs have ended and whose ends are still not written by
+        then, and those whose ends could not be written before, are left to their leases.
 
         A second cancel during the grace period ends it at once.
         """
@@ -356,13 +372,11 @@ class Server:
         deadline = (self.stop_began or loop.time()) + grace_ms / 1_000
         feed.close()
         await self._give_back([row for row, _claimed_at in feed.take_all()])
-        running = set(feed.tasks)  # the runs the grace period is for
-        if feed.tasks:
-            log.info(
-                "stopping: %s still running, waiting up to %d ms",
-                count_of(len(feed.tasks), "row"),
-                grace_ms,
-            )
+        running = dict(feed.tasks)  # the runs the grace period is for: task, row id
+        live = [row_id for task, row_id in running.items() if not task.done()]
+        if live:
+            writing = sum(1 for row_id in live if row_id in self.ends.writing)
+            log.info("stopping: %s, waiting up to %d ms", _still(len(live), writing), grace_ms)
         task = asyncio.current_task()
         # A second cancel that came before the grace began (while a claim was being undone).
         interrupted = task is not None and task.cancelling() > 1
@@ -376,7 +390,9 @@ class Server:
                 await asyncio.wait(set(feed.tasks), timeout=max(0.0, deadline - loop.time()))
         except asyncio.CancelledError:
             interrupted = True
-        late = dict(feed.tasks)  # task: row id
+        late = {task: row_id for task, row_id in feed.tasks.items() if not task.done()}
+        # Those whose runs have ended, their ends still being written (or tried again).
+        ending = {row_id for row_id in late.values() if row_id in self.ends.writing}
         await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
         await self._give_back([row for row, _claimed_at in feed.take_all()])
@@ -393,10 +409,20 @@ class Server:
                 await cancel_and_wait([claims])
         await self.ends.stop_grouping()
         await self.ends.settled()  # the observers and status of ends written just now
-        self.tally.finished = len(running - late.keys())
-        if late:
-            fates = _say_cut_short(sorted(late.values()), self.runner.stopped, grace_ms)
+        # Ends the group wrote after all leave `writing`; the others were never written.
+        never = {row_id for row_id in ending if row_id in self.ends.writing}
+        cut = sorted(row_id for row_id in late.values() if row_id not in ending)
+        # Rows whose ends could not be written (now, or earlier and still under their leases),
+        # less those the stop gave back or cut short, which are said as such.
+        left = ({*self.ends.bound.unwritten, *never} - self.stop_given).difference(cut)
+        ended = {row_id for task, row_id in running.items() if task not in late}
+        self.tally.finished = len((ended | (ending - never)) - left)
+        if cut:
+            fates = _say_cut_short(cut, self.runner.stopped, grace_ms)
             self.tally.cut_short(fates)
+        if left:
+            _say_left(sorted(left), self.ends.failure)
+            self.tally.left = len(left)
         if interrupted:
             raise asyncio.CancelledError
 
@@ -404,6 +430,7 @@ class Server:
         """Give back `rows`, claimed and not started, as serve stops, and count what became of
         them."""
         if rows:
+            self.stop_given.update(row.id for row in rows)
             self.tally.given_back(len(rows), await self.ends.give_back(rows))
 
 
@@ -412,7 +439,7 @@ class Tally:
     the stop ends: runs that finished within the grace period, rows queued again (claimed and
     not started, or cancelled past the grace), rows another worker had taken already, rows left
     to their lease (the store did not answer), rows left running under their lease (a sync
-    run's thread)."""
+    run's thread), rows whose ends could not be written, left to their leases."""
 
     def __init__(self) -> None:
         self.finished = 0
@@ -420,6 +447,7 @@ class Tally:
         self.lost = 0
         self.unwritten = 0
         self.held = 0
+        self.left = 0
 
     def given_back(self, rows: int, queued: int | None) -> None:
         """`rows` rows were given back, of which `queued` were queued again (None: the store
@@ -456,6 +484,13 @@ class Tally:
             if self.held > 1:
                 its = "their leases (sync runs' threads)"
             parts.append(f"{count_of(self.held, 'row')} left running until {its}")
+        if self.left:
+            parts.append(
+                "1 row whose end could not be written left to its lease (it runs again once "
+                "that runs out)" if self.left == 1
+                else f"{self.left:,} rows whose ends could not be written left to their leases "
+                "(they run again once those run out)"
+            )  # fmt: skip
         return f"stopped: {', '.join(parts)}" if parts else "stopped: no row was running"
 
 
@@ -491,7 +526,7 @@ class Outage:
         down_s = time.monotonic() - self.since
         if not self.past_lease and down_s * 1_000 > self.lease_ms:
             self.past_lease = True
-            held = sorted(feed.tasks.values())
+            held = sorted({*feed.tasks.values(), *feed.bound.unwritten})
             shown = ", ".join(map(str, held[:20])) + (", …" if len(held) > 20 else "")
             log.warning(
                 "no claim has been answered for %.0f s, longer than the lease (%d ms): %s",
@@ -557,6 +592,31 @@ def _say_cut_short(
         count_of(len(row_ids), "run"), grace_ms, "; ".join(parts),
     )  # fmt: skip
     return fates
+
+
+def _say_left(row_ids: Sequence[int], failure: str) -> None:
+    """Log, in one WARNING, the rows whose runs had ended as serve stopped and whose ends could
+    not be written (`failure`: the last error, in words): left to their leases."""
+    shown = ", ".join(map(str, row_ids[:20])) + (", …" if len(row_ids) > 20 else "")
+    why = f" ({failure})" if failure else ""
+    if len(row_ids) == 1:
+        said = f"the end of row {shown} could not be written{why}: its run had ended; the row is "
+        said += "left to its lease, and runs again once that runs out"
+    else:
+        said = f"the ends of rows {shown} could not be written{why}: their runs had ended; the "
+        said += "rows are left to their leases, and run again once those run out"
+    log.warning("stopping: %s", said)
+
+
+def _still(rows: int, ending: int) -> str:
+    """What serve's stop waits for: "3 rows still running", "1 row still running and 2 whose
+    ends are being written"."""
+    if not ending:
+        return f"{count_of(rows, 'row')} still running"
+    whose = "whose end is" if ending == 1 else "whose ends are"
+    if ending == rows:
+        return f"{count_of(rows, 'row')} {whose} being written"
+    return f"{count_of(rows - ending, 'row')} still running and {ending:,} {whose} being written"
 
 
 AGAIN_S = 0.05  # how long `cancel_and_wait` gives a task before it cancels it once more

@@ -23,16 +23,17 @@ LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 def _host(_ctx: click.Context, _param: click.Parameter, names: tuple[str, ...]) -> list[str]:
     """The names of `--allow-host`, as the Host check compares them."""
-    from ..dashboard._guard import host_name
+    from ..dashboard._guard import host_name, host_problem
 
     checked = []
     for name in names:
         bare = f"[{name}]" if name.count(":") > 1 and not name.startswith("[") else name
-        found = host_name(bare)
+        problem = host_problem(name)
+        found = host_name(bare) if problem is None else None
         if found is None or found != bare.strip("[]").lower():
             raise click.BadParameter(
-                f"{name!r} is not a host name; give one name or address, without a port "
-                "(ops.example.com, 10.0.0.5, ::1)"
+                f"{name!r} is not a host name{f': {problem}' if problem else ''}; give one name "
+                "or address, without a port (ops.example.com, 10.0.0.5, ::1)"
             )
         checked.append(found)
     return checked
@@ -106,11 +107,25 @@ def dashboard_command(
 
     from .._errors import Refusal
     from ..dashboard._app import dashboard_app
+    from ..dashboard._guard import host_problem
+    from ..dashboard._session import MIN_SECRET_CHARS
     from ._load import load
 
     jobs = load(target, command="dashboard")
     secret = os.environ.get(secret_env) or None
+    if secret is not None and len(secret) < MIN_SECRET_CHARS:
+        raise click.ClickException(
+            f"${secret_env} is {len(secret)} characters; use at least {MIN_SECRET_CHARS} "
+            f"(`export {secret_env}=$(python -c 'import secrets; print(secrets.token_urlsafe())')`"
+            " makes one), or unset it for a read-only dashboard for this machine's clients only"
+        )
     bound = host.strip("[]").lower()
+    if (problem := host_problem(bound)) is not None or bound.count(":") == 1:
+        raise click.BadParameter(
+            f"{host!r} is not an address to listen on{f': {problem}' if problem else ''}; give "
+            "one name or address, without a port (127.0.0.1, 0.0.0.0, ::1)",
+            param_hint="'--host'",
+        )
     hosts = sorted({bound, *LOCAL_NAMES, *allow_hosts})
     try:
         board = dashboard_app(
@@ -122,7 +137,7 @@ def dashboard_command(
             hosts=hosts,
         )
     except Refusal as refusal:
-        raise click.ClickException(f"${secret_env}: {refusal}") from None
+        raise click.ClickException(str(refusal)) from None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -109,8 +109,7 @@ def worker(
     }
     try:
         jobs = load(target, command="worker")
-        names = kind_list(kinds)
-        _check_kinds(target, jobs, names)
+        names = served_kinds(target, jobs, kind_list(kinds))
     except BaseException:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -197,13 +196,32 @@ def loop_choice(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | 
     return factory, f"uvloop {uvloop.__version__}"
 
 
-def _check_kinds(target: str, jobs: Jobs, names: list[str] | None) -> None:
+def served_kinds(target: str, jobs: Jobs, names: list[str] | None) -> list[str] | None:
+    """The kinds `--kinds` names (None: all), each old name of a renamed kind (one of its
+    `aliases`) taken as the kind, which runs the rows of both names: a WARNING says so, and to
+    write the kind's name before the alias is dropped.
+
+    Raises:
+        click.ClickException: a name that is no kind of the queue, nor an old name of one.
+    """
+    if names is None:
+        return None
     known = [kind.name for kind in jobs.kinds]
-    unknown = [name for name in names or () if name not in known]
+    renamed = {alias: kind.name for kind in jobs.kinds for alias in kind.aliases}
+    unknown = [name for name in names if name not in known and name not in renamed]
     if unknown:
         raise click.ClickException(
             f"{shown(target)} has no kind {', '.join(unknown)}: its kinds are {', '.join(known)}"
         )
+    for name in names:
+        if name in renamed:
+            logging.getLogger("nilo_job").warning(
+                "--kinds %s: %s is an old name of %s (in its aliases): serving %s, which runs "
+                "the rows of both names; write --kinds %s, since --kinds %s is refused once "
+                "the alias is dropped",
+                name, name, renamed[name], renamed[name], renamed[name], name,
+            )  # fmt: skip
+    return list(dict.fromkeys(renamed.get(name, name) for name in names))
 
 
 async def _work(

@@ -10,8 +10,9 @@ The operator chooses once, when the app is made; each request is then one of fiv
     none of these        read from this machine (a loopback client) only; anyone else 403
 
 A client is on this machine when its address (`request.client.host`) is a loopback address and
-the request carries no proxy's forwarding header (`Forwarded`, `X-Forwarded-For`,
-`X-Real-IP`): behind a proxy on the same machine every request comes from loopback, and is not
+the request carries no header a proxy adds (`Forwarded`, any `X-Forwarded-*` such as
+`X-Forwarded-For`, `X-Forwarded-Host` or `X-Forwarded-Proto`, `X-Real-IP`, `Via`), whichever
+one alone: behind a proxy on the same machine every request comes from loopback, and is not
 local for that.
 """
 
@@ -50,7 +51,8 @@ LOCAL_ONLY = (
 FORBIDDEN = "Your application's access check does not let you see this dashboard."
 """What a visitor the access hook answered None is told."""
 
-_FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip")
+_PROXY_HEADERS = frozenset({"forwarded", "x-real-ip", "via"})
+"""The headers a proxy adds, beside every `X-Forwarded-*` one (`proxied`)."""
 
 
 class Grant(Enum):
@@ -145,10 +147,18 @@ class Access:
         return None
 
 
+def proxied(request: Request) -> bool:
+    """Whether the request carries any header a proxy adds: `Forwarded`, any `X-Forwarded-*`
+    (`-For`, `-Host`, `-Proto`, `-Port`, `-Prefix`, …), `X-Real-IP` or `Via`, alone or not."""
+    return any(
+        name in _PROXY_HEADERS or name.startswith("x-forwarded-") for name in request.headers
+    )
+
+
 def on_this_machine(request: Request) -> bool:
     """Whether the client is a loopback address (127.0.0.0/8, ::1, or ::ffff:127.x.x.x) and
-    the request came through no proxy that says so in a forwarding header."""
-    if any(name in request.headers for name in _FORWARDED):
+    the request came through no proxy that says so in a header of its own (`proxied`)."""
+    if proxied(request):
         return False
     host = request.client.host if request.client is not None else ""
     try:

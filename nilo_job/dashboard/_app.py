@@ -26,6 +26,7 @@ show no buttons. Mounted under a prefix (`app.mount("/jobs", ...)`), every link 
 follows the prefix.
 """
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -46,7 +47,15 @@ from ..store.contract import INT64_MAX, WorkerEntry
 from ._access import Access, AccessHook
 from ._actions import Actions
 from ._base import COOKIE, first
-from ._guard import HostCheck, SecurityHeaders, host_name, read_form, same_origin
+from ._guard import (
+    HOST_FORMS,
+    HostCheck,
+    SecurityHeaders,
+    host_name,
+    host_problem,
+    read_form,
+    same_origin,
+)
 from ._index import LISTED, Overview, ScheduleView, render_index
 from ._render import href
 from ._row import render_row
@@ -135,8 +144,20 @@ class _Dashboard(Actions):
             except Exception as error:  # the registry alone: the rest of the page stands
                 self.unreadable(visitor, error, "worker registry")
                 entries = None
+        holding_back = None
+        if problem is None:
+            with contextlib.suppress(Exception):  # a role that cannot look: no line, no more
+                holding_back = await store.held_back()
         view = Overview(
-            self.names, counts, flows, rows, schedules, shown, flow_problem, workers=entries
+            self.names,
+            counts,
+            flows,
+            rows,
+            schedules,
+            shown,
+            flow_problem,
+            workers=entries,
+            held=holding_back,
         )
         chrome = dataclasses.replace(chrome, problem=problem or refused)
         status = 503 if problem else 400 if refused else 200
@@ -360,13 +381,15 @@ def _host_names(hosts: Sequence[str]) -> frozenset[str]:
         raise Refusal("dashboard_app(hosts=...) takes a list of host names, not one str")
     names = set()
     for host in hosts:
-        if isinstance(host, str) and host.count(":") > 1 and not host.startswith("["):
-            host = f"[{host}]"  # an IPv6 address, written without its brackets
-        name = host_name(host) if isinstance(host, str) else None
+        problem = host_problem(host)
+        name = None
+        if problem is None and isinstance(host, str):
+            bare = host.count(":") > 1 and not host.startswith("[")  # IPv6, without brackets
+            name = host_name(f"[{host}]" if bare else host)
         if name is None:
             raise Refusal(
-                f"dashboard_app(hosts=[..., {host!r}, ...]): a host name or address is "
-                "'ops.example.com', 'localhost', '127.0.0.1' or '::1'"
+                f"dashboard_app(hosts=[..., {host!r}, ...]): {problem or 'it names no host'}; "
+                f"{HOST_FORMS}"
             )
         names.add(name)
     return frozenset(names)

@@ -5,7 +5,9 @@ bounded form reader.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import string
 from collections.abc import Collection, Iterable
 from urllib.parse import parse_qs, urlsplit
 
@@ -113,6 +115,62 @@ def host_name(header: str) -> str | None:
     except ValueError:
         return None
     return name or None
+
+
+HOST_FORMS = (
+    "a host is a name (letters, digits, '-' and '.') or an IP address, optionally with a port: "
+    "'ops.example.com', 'ops.example.com:8900', '10.0.0.5', '::1' or '[::1]:8900'"
+)
+"""How a host is written, for the sentences that refuse one."""
+
+_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "-._")
+
+
+def host_problem(host: object) -> str | None:
+    """What is wrong with `host` as a name the `Host` header may name (a host name, an IPv4
+    address, an IPv6 address with or without brackets, each optionally with a port), in a
+    few words; None when nothing is."""
+    if not isinstance(host, str):
+        return f"it is {type(host).__name__}, not a str"
+    if not host.strip():
+        return "it is empty"
+    if host.startswith("["):
+        address, closed, port = host[1:].partition("]")
+        if not closed:
+            return "it opens an IPv6 address with '[' but never closes it with ']'"
+        if (problem := _ipv6_problem(address)) is not None:
+            return problem
+        if port and not port.startswith(":"):
+            return f"{port[0]!r} follows the IPv6 address, where only ':' and a port may"
+        return _port_problem(port[1:]) if port else None
+    if host.count(":") > 1:
+        return _ipv6_problem(host)
+    name, colon, port = host.partition(":")
+    if colon and (problem := _port_problem(port)) is not None:
+        return problem
+    if not name:
+        return "it has no name before its port"
+    for index, char in enumerate(name):
+        if char not in _NAME_CHARS:
+            said = f"{'a space' if char == ' ' else repr(char)} (at index {index})"
+            if not char.isascii():
+                return f"it holds {said}: write a name that is not ASCII in its IDNA form (xn--…)"
+            return f"it holds {said}, which no host name holds"
+    return None
+
+
+def _ipv6_problem(address: str) -> str | None:
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return f"{address!r} has more than one ':', but is not an IPv6 address"
+    return None
+
+
+def _port_problem(port: str) -> str | None:
+    if not (port.isascii() and port.isdigit() and 0 < int(port) <= 65_535):
+        return f"its port {port!r} is not a number from 1 to 65535"
+    return None
 
 
 def same_origin(request: Request, trusted: Collection[str]) -> bool:

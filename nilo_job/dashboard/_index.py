@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .._text import duration
 from .._types import Flow, Row
 from .._worker.beat import is_alive
-from ..store.contract import WorkerEntry
+from .._worker.holdback import AFTER_S
+from ..store.contract import HeldBack, WorkerEntry
 from ._chart import bar_chart
-from ._render import Chrome, button, duration, esc, href, scroll_box, when
+from ._render import Chrome, button, esc, href, scroll_box, when
 from ._table import row_table
 
 STATES = ("queued", "running", "dead", "done")
@@ -67,12 +69,15 @@ class Overview:
     flow_problem: str | None = None
     workers: Sequence[WorkerEntry] | None = ()
     """The worker registry's entries; None when it could not be read."""
+    held: HeldBack | None = None
+    """What holds back the cleanup of the queue's tables, when anything does."""
 
 
 def render_index(chrome: Chrome, view: Overview) -> str:
     """The overview's main part, as HTML."""
     return (
-        f'<section id="flow"><div class="section-head"><h2>Last hour</h2>{_refresh(chrome)}'
+        _held(chrome, view.held)
+        + f'<section id="flow"><div class="section-head"><h2>Last hour</h2>{_refresh(chrome)}'
         f"</div>{_flows(chrome, view)}</section>"
         f'<section id="counts"><h2>Counts</h2>{_counts(chrome, view)}</section>'
         f'<section id="workers"><h2>Workers</h2>{_workers(chrome, view)}</section>'
@@ -83,6 +88,31 @@ def render_index(chrome: Chrome, view: Overview) -> str:
         )
         + f'<section id="schedules"><h2>Schedules</h2>{_schedules(chrome, view)}</section>'
     )
+
+
+def _held(chrome: Chrome, held: HeldBack | None) -> str:
+    """A line at the top while a hold on the cleanup has lasted `AFTER_S` (the worker's log
+    says it then too); with `payloads`, the start of the holding transaction's statement."""
+    if held is None or held.age_s < AFTER_S:
+        return ""
+    took = duration(held.age_s * 1_000)
+    if held.pid is None:
+        size = "" if held.wal_bytes is None else f" (the WAL is {held.wal_bytes / 1e6:.1f} MB)"
+        said = (
+            f"A read transaction has kept checkpoints from completing for {took}{size}: the WAL "
+            "grows with every write until it ends."
+        )
+    else:
+        state = f", {held.state}" if held.state else ""
+        query = ""
+        if chrome.payloads and held.query:
+            query = f" Its last statement: {' '.join(held.query.split())[:120]}."
+        said = (
+            f"A transaction (pid {held.pid}{state}) has held back the cleanup of the queue's "
+            f"tables for {took}: rows deleted since it began cannot be removed, so the tables "
+            f"grow and claims slow down until it ends.{query}"
+        )
+    return f'<p class="problem" id="held-back">{esc(said)}</p>'
 
 
 def _refresh(chrome: Chrome) -> str:

@@ -131,19 +131,6 @@ def relative(us: int, now_us: int) -> str:
     return f"in {amount}" if seconds > 0 else f"{amount} ago"
 
 
-def duration(ms: float | None) -> str:
-    """A duration in milliseconds in words: "840 ms", "2.5 s", "3 min 4 s"; "–" for None."""
-    if ms is None:
-        return "–"
-    if ms < 1_000:
-        return f"{ms:.0f} ms"
-    if ms < 60_000:
-        return f"{ms / 1_000:.1f} s"
-    if ms < 3_600_000:
-        return f"{int(ms // 60_000)} min {int(ms % 60_000 // 1_000)} s"
-    return f"{int(ms // 3_600_000)} h {int(ms % 3_600_000 // 60_000)} min"
-
-
 def scroll_box(table: str, label: str) -> str:
     """`table` in a box that scrolls sideways when the table is wider than the page, with a
     hint above it that the script fills in and shows while columns are out of sight ("Scroll

@@ -8,7 +8,10 @@ migrate`) creates what is missing and runs each upgrade step from the table's ve
 one's, in one transaction, so a table is never half upgraded. Every step adds what is new and
 changes nothing that was there, so workers of the previous version keep working on an upgraded
 table while a deploy rolls (or after it is rolled back). `check()` (at the start of every
-`serve`) refuses a table this version cannot work on with a sentence that says what to run.
+`serve`) refuses a table this version cannot work on, or one that lacks a table beside it (an
+Alembic-managed schema not migrated since an upgrade, which records no version, or a table
+dropped), with a sentence that says what to run; `create_missing()` creates a missing table
+beside it whatever the version record says.
 
     version 1   the first table (id, kind, payload, state, run_at, lease_until, attempts,
                 unique_key, error, detail, died_at)
@@ -28,6 +31,8 @@ table while a deploy rolls (or after it is rolled back). `check()` (at the start
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from .._errors import StoreUnavailable
 
@@ -50,6 +55,13 @@ COLUMNS_1 = frozenset(
 )  # fmt: skip
 COLUMNS = COLUMNS_1 | {"traceback", "pushed_at", "started_at", "worker", "snoozes", "trace"}
 """The columns this version reads and writes."""
+
+SIDE_TABLES = frozenset(
+    {"nilo_jobs_done", "nilo_jobs_paused", "nilo_jobs_workers", "nilo_jobs_attempts",
+     "nilo_jobs_deaths", "nilo_jobs_version"}
+)  # fmt: skip
+"""The tables beside `nilo_jobs` that this version reads and writes (`create` makes each where
+missing, whatever the version record says)."""
 
 STEPS = {
     2: "upgrade_to_2", 3: "upgrade_to_3", 4: "upgrade_to_4", 5: "upgrade_to_5", 6: "upgrade_to_6",
@@ -108,6 +120,30 @@ def no_file(path: str, target: str) -> StoreUnavailable:
     )
 
 
+def missing_tables(where: str, target: str, names: Iterable[str]) -> StoreUnavailable:
+    """The error for a database that has the table but lacks `names`, tables beside it."""
+    found = sorted(names)
+    listed = found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
+    them = "it" if len(found) == 1 else "them"
+    return StoreUnavailable(
+        f"the nilo_jobs table in {where} lacks {listed}, "
+        f"{'a table' if len(found) == 1 else 'tables'} beside it that this nilo-job needs: "
+        f"run `nilo-job migrate {target}` to create {them} (every row is kept), or, where "
+        "Alembic manages the schema, autogenerate a migration (`alembic revision "
+        "--autogenerate`) and run it (`alembic upgrade head`)"
+    )
+
+
+def no_such_table(where: str, target: str, name: str | None) -> StoreUnavailable:
+    """The error for a statement that met no table `name` (None: the database did not say
+    which table)."""
+    if name is None or name == "nilo_jobs":
+        return no_table(where, target)
+    if name in SIDE_TABLES:
+        return missing_tables(where, target, [name])
+    return StoreUnavailable(f"there is no table {name} in {where}")
+
+
 def older(where: str, target: str, found: int | str) -> StoreUnavailable:
     """The error for a table from an older nilo-job (`found` is its version, or a word)."""
     return StoreUnavailable(
@@ -117,13 +153,15 @@ def older(where: str, target: str, found: int | str) -> StoreUnavailable:
     )
 
 
-def check(where: str, target: str, columns: set[str], recorded: Recorded) -> None:
+def check(where: str, target: str, columns: set[str], recorded: Recorded, tables: set[str]) -> None:
     """Answer when the table in `where` (migrated with `nilo-job migrate target`) is one this
-    version reads and writes.
+    version reads and writes, with the tables beside it (`tables`: those of `SIDE_TABLES` the
+    database has).
 
     Raises:
         StoreUnavailable: there is no table, it is not nilo-job's, it is older (run `nilo-job
-            migrate`), or newer (upgrade nilo-job); the sentence says which.
+            migrate`), or newer (upgrade nilo-job), or a table beside it is missing; the
+            sentence says which.
     """
     if not columns:
         raise no_table(where, target)
@@ -139,6 +177,10 @@ def check(where: str, target: str, columns: set[str], recorded: Recorded) -> Non
     if recorded is not None and recorded[0] < VERSION:
         # A step that adds a table of its own (versions 6, 7) changes no column: the record says.
         raise older(where, target, recorded[0])
+    if missing := SIDE_TABLES - tables:
+        # A table the columns or the record call current, whose tables beside it are not all
+        # there: an Alembic-managed schema not migrated since an upgrade, or a table dropped.
+        raise missing_tables(where, target, missing)
 
 
 def _newer(version: int, where: str) -> StoreUnavailable:

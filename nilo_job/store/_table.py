@@ -19,7 +19,8 @@ def Table(target: object, **options: Any) -> Store:
 
     Args:
         target: `"sqlite:///relative.db"`, `"sqlite:////absolute.db"`, `"sqlite:///:memory:"`,
-            `"postgresql://user@host/db"`, or a `psycopg_pool.AsyncConnectionPool` of yours.
+            `"postgresql://user@host/db"`, a `psycopg_pool.AsyncConnectionPool` of yours, or
+            `"mysql://user:password@host/db"` (`"mariadb://…"`).
         **options: passed to the store (both: `max_payload`, the largest payload a row may
             carry, in bytes of JSON, 1 MiB by default; SQLite: `busy_timeout_ms`,
             `synchronous`; PostgreSQL: `max_size`; `answer_ms`, how long the server has to
@@ -50,6 +51,14 @@ def Table(target: object, **options: Any) -> Store:
         if "max_size" in options:
             whole(options["max_size"], POOL_SIZE, "job.Table(..., max_size={})", "max_size")
         return PostgresTable(target, **options)  # type: ignore[arg-type]
+    if isinstance(target, str) and target.startswith(("mysql:", "mariadb:")):
+        try:
+            from .mysql.store import MysqlTable
+        except ImportError as error:
+            raise Refusal(
+                f"job.Table on MariaDB/MySQL needs asyncmy ({error}): pip install 'nilo-job[mysql]'"
+            ) from None
+        return MysqlTable(target, **options)
     raise Refusal(f"job.Table({_said(target)}): {_instead(target)}")
 
 
@@ -61,8 +70,9 @@ def _said(target: object) -> str:
 def _instead(target: object) -> str:
     """What to pass instead of `target`."""
     accepted = (
-        "pass a URL, 'sqlite:///app.db' (relative), 'sqlite:////var/lib/app.db' (absolute) or "
-        "'postgresql://user@host/db', or a psycopg_pool.AsyncConnectionPool"
+        "pass a URL, 'sqlite:///app.db' (relative), 'sqlite:////var/lib/app.db' (absolute), "
+        "'postgresql://user@host/db' or 'mysql://user@host/db' (MariaDB or MySQL), or a "
+        "psycopg_pool.AsyncConnectionPool"
     )
     if not isinstance(target, str):
         return accepted

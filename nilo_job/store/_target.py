@@ -7,8 +7,8 @@ keyword string (`host=db password='a b'`), or a `psycopg_pool` pool (its connect
 the user in a URL's userinfo, and without the values of `password`, `passfile`, `sslpassword` (or
 libpq's other secrets) wherever they are given, also inside a percent-encoded `nilo_listen_url`.
 `scrubbed` takes the driver's own words about a target (libpq's message for a URL it cannot
-read, or for a connection that failed, may quote a piece of it) and hides every piece of a
-secret they quote.
+read, or for a connection that failed, may quote a piece of it), makes them one line to stand in
+a sentence (`one_line`), and hides every piece of a secret they quote.
 
 Every sentence nilo-job says about a target goes through one of the two: a password is never
 printed, logged, or shown on a page.
@@ -70,9 +70,10 @@ def shown(target: object, *, place: bool = False) -> str:
 
 
 def scrubbed(message: str, target: object) -> str:
-    """`message` (the driver's words about `target`) with every quoted piece that holds or is
-    part of a secret of `target` replaced by `HIDDEN`, and every secret of four characters or
-    more hidden wherever it stands."""
+    """`message` (the driver's words about `target`) as one line (`one_line`), with every
+    quoted piece that holds or is part of a secret of `target` replaced by `HIDDEN`, and every
+    secret of four characters or more hidden wherever it stands."""
+    message = one_line(message)
     found = [secret for secret in _secrets(target) if secret]
     if not found:
         return message
@@ -88,6 +89,33 @@ def scrubbed(message: str, target: object) -> str:
         if len(secret) >= 4:
             message = message.replace(secret, HIDDEN)
     return message
+
+
+_ATTEMPTS = "Multiple connection attempts failed. All failures were:"
+"""psycopg's line before its list of every host it tried, one `- host: …` line each."""
+
+_CARET = re.compile(r"^\s*\^\s*$")
+"""The line under the server's `LINE n:` that points into the statement."""
+
+
+def one_line(message: str) -> str:
+    """The driver's words, which may run over several lines, as one line for a sentence.
+
+    libpq's hints (its lines indented by a tab: "Is the server running on that host and
+    accepting TCP/IP connections?") and the server's pointer into a statement (`LINE 1: …` and
+    its caret) are dropped; psycopg's list of every host it tried replaces its first line
+    (which repeats the last attempt), as "multiple connection attempts failed: host: …; host:
+    …"; any other lines are joined with "; "."""
+    lines = [
+        line.strip()
+        for line in message.splitlines()
+        if line.strip() and not line.startswith("\t") and not _CARET.match(line)
+        and not line.startswith("LINE ")
+    ]  # fmt: skip
+    if _ATTEMPTS in lines:
+        tried = [line.removeprefix("- ") for line in lines[lines.index(_ATTEMPTS) + 1 :]]
+        return "multiple connection attempts failed: " + "; ".join(tried)
+    return "; ".join(lines)
 
 
 # ------------------------------------------------------------------------------------- URLs
@@ -215,6 +243,45 @@ def _place(conninfo: str) -> str:
         for host, port in zip(hosts, ports + [""] * (len(hosts) - len(ports)), strict=False)
     )
     return f"{at}/{read.get('dbname') or ''}"
+
+
+def misread(url: str) -> str | None:
+    """Why libpq would not read the URL `url` as it was meant, in words that name no secret; None
+    when it would (or cannot read it at all, which is said otherwise). A user or password
+    holding a raw `@` or `/` (one not percent-encoded) ends the userinfo early for libpq (at its
+    first `@`, or before a `/`), which then takes a piece of the password for the host, the port
+    or the database: where libpq connects differs from where it connects once the password is
+    left out (`shown`), as the URL was meant."""
+    if "://" not in url:
+        return None
+    userinfo, _hosts, _query = _split_url(url.partition("://")[2])
+    if userinfo is None or not any(char in userinfo for char in "@/"):
+        return None
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        read, meant = conninfo_to_dict(url), conninfo_to_dict(shown(url))
+    except Exception:
+        return None
+    if all(read.get(key) == meant.get(key) for key in ("host", "hostaddr", "port", "dbname")):
+        return None
+    return (
+        "its user or password holds an '@' or a '/' that is not percent-encoded, so PostgreSQL "
+        "would read a piece of the password as the host; percent-encode the user and the "
+        "password (urllib.parse.quote(password, safe='') writes '@' as %40 and '/' as %2F)"
+    )
+
+
+def user_at(conninfo: str) -> str:
+    """`user@` of a PostgreSQL connection string (as libpq reads it once shown, so a password
+    is never read), percent-encoded for a URL; "" when it names no user."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        user = conninfo_to_dict(shown(conninfo)).get("user")
+    except Exception:
+        return ""
+    return f"{quote(str(user), safe='')}@" if user else ""
 
 
 # ------------------------------------------------------------------------------- the secrets

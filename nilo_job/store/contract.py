@@ -43,6 +43,7 @@ __all__ = [
     "Died",
     "Done",
     "End",
+    "HeldBack",
     "NewRow",
     "Released",
     "Retrying",
@@ -326,6 +327,33 @@ class RowView:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldBack:
+    """What holds back the cleanup of the queue's tables, as `Store.held_back` sees it.
+
+    On PostgreSQL, the oldest transaction of another session of the database that holds a
+    snapshot (`backend_xmin`): while it lasts, no row deleted or updated since it began can be
+    removed from `nilo_jobs` or its indexes. `pid` is its backend's process id, `age_s` how long
+    its transaction has lasted (s), `state` its state ("idle in transaction", "active", …),
+    `query` the start of its last statement, `user` and `application` its role and
+    application_name (None where the role reading it may not see them).
+
+    On SQLite, a reader whose open transaction keeps a checkpoint from completing: the WAL can
+    neither be copied back nor restarted, and grows with every write. `pid`, `state`, `query`,
+    `user` and `application` are None (SQLite cannot tell who), `age_s` is how long checkpoints
+    have not completed, as far as this store has looked (`held_back` is called every few
+    seconds by a serving process), and `wal_bytes` the WAL's size.
+    """
+
+    age_s: float
+    pid: int | None = None
+    state: str | None = None
+    query: str | None = None
+    user: str | None = None
+    application: str | None = None
+    wal_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerEntry:
     """A serving process as the registry (`nilo_jobs_workers`) keeps it.
 
@@ -582,3 +610,8 @@ class Store(Protocol):
     async def workers(self) -> list[WorkerEntry]:
         """Every entry of the registry, by `started_at` then id. Memory knows this process's
         alone."""
+
+    async def held_back(self) -> HeldBack | None:
+        """What holds back the cleanup of the queue's tables now (see `HeldBack`), however
+        short; None when nothing does (Memory: never). On SQLite this runs a passive
+        checkpoint, as SQLite's own automatic checkpoints do."""

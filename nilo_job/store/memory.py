@@ -27,6 +27,7 @@ from .contract import (
     Died,
     Done,
     End,
+    HeldBack,
     NewRow,
     Released,
     Retrying,
@@ -592,6 +593,9 @@ class Memory:
     async def workers(self) -> list[WorkerEntry]:
         with self._lock:
             return sorted(self._entries.values(), key=lambda e: (e.started_at, e.id))
+
+    async def held_back(self) -> HeldBack | None:
+        return None  # nothing outside this process holds a Memory's rows
 
 
 @dataclass(slots=True)

@@ -135,7 +135,7 @@ def test_migrate_creates_the_table_once_and_again_is_a_no_op(url: str, tmp_path:
     if url.startswith("postgresql"):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("DROP TABLE nilo_jobs")
-        where = f"job.Table('postgresql://127.0.0.1:5432/{url.rsplit('/', 1)[1]}')"
+        where = f"job.Table('postgresql://postgres@127.0.0.1:5432/{url.rsplit('/', 1)[1]}')"
         said = f"Error: there is no nilo_jobs table in {where}: "
     else:
         where = f"job.Table('sqlite:///{tmp_path}/q.db')"
@@ -170,9 +170,9 @@ def test_a_mistyped_sqlite_path_is_said_and_no_file_is_made(tmp_path: Path) -> N
 
 
 def test_a_url_that_is_no_database_nilo_job_knows_is_refused() -> None:
-    done = nilo_job("stats", "mysql://db/app")
+    done = nilo_job("stats", "mssql://db/app")
     assert done.exit_code == 1
-    assert done.stderr.startswith("Error: job.Table('mysql://db/app'): pass a URL, ")
+    assert done.stderr.startswith("Error: job.Table('mssql://db/app'): pass a URL, ")
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])

@@ -5,6 +5,7 @@ application's own session), and a visitor it lets act does so with a form token 
 with none of these, only this machine's clients are served and any other is told how to open
 it; `hosts=` refuses a Host it was not given; and the settings are refused with the fix."""
 
+import html
 import logging
 import re
 from collections.abc import Callable
@@ -351,6 +352,34 @@ async def test_a_request_through_a_proxy_is_not_this_machines(
     assert statuses == [403, 403, 403]
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("X-Forwarded-Host", "ops.example.com"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Port", "443"),
+        ("X-Forwarded-Prefix", "/jobs"),
+        ("Via", "1.1 proxy"),
+    ],
+)
+async def test_any_header_a_proxy_adds_alone_makes_a_request_proxied(
+    no_secret_app: tuple[object, int], name: str, value: str
+) -> None:
+    """A proxy on this machine that sets only X-Forwarded-Host (or -Proto, -Port, Via) still
+    stands between the client and the dashboard: the request is not this machine's."""
+    app, _row = no_secret_app
+    async with client_at(app, ("127.0.0.1", 1)) as http:
+        direct = await http.get("/")
+        through = await http.get("/", headers={name: value})
+        acted = await http.post("/pause", data={"kind": "mail"}, headers={name: value, **ORIGIN})
+    assert direct.status_code == 200
+    assert through.status_code == 403
+    assert f'<p class="problem" id="closed">{OPEN_IT}</p>' in through.text
+    assert nothing_of_the_table(through.text)
+    assert acted.status_code == 403
+    assert acted.text == f"refused: {html.unescape(OPEN_IT)}"
+
+
 # ------------------------------------------------------------------------- the Host
 
 
@@ -398,8 +427,53 @@ def test_access_settings_are_refused_with_the_fix() -> None:
         dashboard_app(jobs, public_reads="yes")  # type: ignore[arg-type]
     with pytest.raises(job.Refusal, match=r"hosts=\.\.\.\) takes a list of host names, not one"):
         dashboard_app(jobs, hosts="ops.example.com")
-    with pytest.raises(job.Refusal, match=r"hosts=\[\.\.\., 'a b', \.\.\.\]\): a host name"):
+    with pytest.raises(job.Refusal) as refused:
         dashboard_app(jobs, hosts=["ops.example.com", "a b"])
+    assert str(refused.value) == (
+        "dashboard_app(hosts=[..., 'a b', ...]): it holds a space (at index 1), which no host "
+        f"name holds; {HOST_FORMS}"
+    )
+
+
+HOST_FORMS = (
+    "a host is a name (letters, digits, '-' and '.') or an IP address, optionally with a port: "
+    "'ops.example.com', 'ops.example.com:8900', '10.0.0.5', '::1' or '[::1]:8900'"
+)
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("bad host!", "it holds a space (at index 3), which no host name holds"),
+        ("bad!", "it holds '!' (at index 3), which no host name holds"),
+        ("ops@example.com", "it holds '@' (at index 3), which no host name holds"),
+        ("ops.example.com/jobs", "it holds '/' (at index 15), which no host name holds"),
+        (
+            "bücher.example",
+            "it holds 'ü' (at index 1): write a name that is not ASCII in its IDNA form (xn--…)",
+        ),
+        ("ops.example.com:0", "its port '0' is not a number from 1 to 65535"),
+        ("ops.example.com:http", "its port 'http' is not a number from 1 to 65535"),
+        (":8900", "it has no name before its port"),
+        ("", "it is empty"),
+        ("[::1", "it opens an IPv6 address with '[' but never closes it with ']'"),
+        ("[::1]8900", "'8' follows the IPv6 address, where only ':' and a port may"),
+        ("1:2:zz", "'1:2:zz' has more than one ':', but is not an IPv6 address"),
+        (8900, "it is int, not a str"),
+    ],
+)
+def test_hosts_says_what_is_wrong_with_a_host(host: object, said: str) -> None:
+    jobs = job.Jobs(kinds=[Mail], store=job.Memory())
+    with pytest.raises(job.Refusal) as refused:
+        dashboard_app(jobs, hosts=["ops.example.com", host])  # type: ignore[list-item]
+    assert str(refused.value) == f"dashboard_app(hosts=[..., {host!r}, ...]): {said}; {HOST_FORMS}"
+
+
+def test_hosts_takes_names_and_addresses_with_or_without_a_port() -> None:
+    jobs = job.Jobs(kinds=[Mail], store=job.Memory())
+    for host in ("ops.example.com", "ops.example.com:8900", "10.0.0.5", "10.0.0.5:80", "::1",
+                 "[::1]", "[::1]:8900", "my_service", "xn--bcher-kva.example"):  # fmt: skip
+        dashboard_app(jobs, hosts=[host])
 
 
 def flask_staff(flask_app: "flask.Flask") -> Callable[[Request], str | None]:

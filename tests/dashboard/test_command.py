@@ -190,6 +190,38 @@ def test_the_command_refuses_a_host_name_it_cannot_read(
     )
 
 
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (
+            "--allow-host",
+            "Error: Invalid value for '--allow-host': 'bad host!' is not a host name: it holds a "
+            "space (at index 3), which no host name holds; give one name or address, without a "
+            "port (ops.example.com, 10.0.0.5, ::1)\n",
+        ),
+        (
+            "--host",
+            "Error: Invalid value for '--host': 'bad host!' is not an address to listen on: it "
+            "holds a space (at index 3), which no host name holds; give one name or address, "
+            "without a port (127.0.0.1, 0.0.0.0, ::1)\n",
+        ),
+    ],
+)
+def test_the_command_says_what_is_wrong_with_a_host(
+    queue_module: dict[str, str], tmp_path: Path, option: str, said: str
+) -> None:
+    done = subprocess.run(
+        nilo_job_command("dashboard", "dash_queue:jobs", "--port", "0", option, "bad host!"),
+        cwd=tmp_path,
+        env=queue_module,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.endswith(said)
+
+
 def test_the_command_refuses_a_short_secret(queue_module: dict[str, str], tmp_path: Path) -> None:
     done = subprocess.run(
         nilo_job_command("dashboard", "dash_queue:jobs", "--port", "0"),
@@ -200,6 +232,23 @@ def test_the_command_refuses_a_short_secret(queue_module: dict[str, str], tmp_pa
         timeout=60,
     )
     assert done.returncode == 1
-    assert done.stderr.startswith(
-        "Error: $NILO_DASHBOARD_SECRET: dashboard_app(secret=...) is 5 characters; use at least 16"
+    # Advice for the shell the command runs in, not for dashboard_app's arguments.
+    assert done.stderr == (
+        "Error: $NILO_DASHBOARD_SECRET is 5 characters; use at least 16 (`export "
+        "NILO_DASHBOARD_SECRET=$(python -c 'import secrets; print(secrets.token_urlsafe())')` "
+        "makes one), or unset it for a read-only dashboard for this machine's clients only\n"
+    )
+    done = subprocess.run(
+        nilo_job_command("dashboard", "dash_queue:jobs", "--secret-env", "OPS_KEY"),
+        cwd=tmp_path,
+        env={**queue_module, "OPS_KEY": "x" * 15},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "Error: $OPS_KEY is 15 characters; use at least 16 (`export OPS_KEY=$(python -c 'import "
+        "secrets; print(secrets.token_urlsafe())')` makes one), or unset it for a read-only "
+        "dashboard for this machine's clients only\n",
     )

@@ -129,7 +129,7 @@ HOT: dict[str, Callable[[list[int], int], Params]] = {
     "keep": lambda ids, size: {
         "id": ids[0], "attempts": 1, "started_at": 5, "finished_at": 9, "result": None
     },
-    "done": lambda ids, size: [ids[0], 1],
+    "done": lambda ids, size: {"id": ids[0], "attempts": 1},
     "retrying": lambda ids, size: [100, "E", "d", "t", False, ids[0], 1],
     "died": lambda ids, size: [100, "E", "d", "t", ids[0], 1],
     "released": lambda ids, size: [100, ids[0], 1],

@@ -71,6 +71,7 @@ def test_the_all_extra_installs_every_integration() -> None:
     assert "all" in metadata.get_all("Provides-Extra", [])
     assert requirements("all") == (
         requirements("postgres")
+        | requirements("mysql")
         | requirements("redis")
         | requirements("sqlalchemy")
         | requirements("web")

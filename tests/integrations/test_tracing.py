@@ -136,6 +136,9 @@ async def stored_trace(store: Store, row_id: int) -> str | None:
     if path is not None:
         with contextlib.closing(sqlite3.connect(path)) as conn:
             found = conn.execute("SELECT trace FROM nilo_jobs WHERE id = ?", (row_id,)).fetchone()
+    elif repr(store).startswith(("job.Table('mariadb:", "job.Table('mysql:")):
+        query = "SELECT trace FROM nilo_jobs WHERE id = %s"  # on the store's own connections
+        found = await store._one(query, (row_id,))  # type: ignore[attr-defined]
     else:
         async with await psycopg.AsyncConnection.connect(store.conninfo) as conn:  # type: ignore[attr-defined]
             cur = await conn.execute("SELECT trace FROM nilo_jobs WHERE id = %s", (row_id,))
@@ -164,7 +167,9 @@ def twin(store: Store) -> Store:
     if isinstance(store, Memory):
         return store
     path = getattr(store, "path", None)
-    return job.Table(f"sqlite:///{path}" if path is not None else store.conninfo)  # type: ignore[attr-defined]
+    if path is not None:
+        return job.Table(f"sqlite:///{path}")
+    return job.Table(getattr(store, "url", None) or store.conninfo)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------- on every store

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,3 +194,60 @@ async def test_a_clean_stop_leaves_no_entry(url: str, jobs: job.Jobs, tmp_path: 
     assert proc.returncode == 0, out.decode()
     assert await jobs.store.workers() == []
     assert workers_command(url) == "no worker process is registered\n"
+
+
+async def test_a_worker_paused_past_the_window_says_so_when_it_resumes_not_the_store(
+    url: str, jobs: job.Jobs, tmp_path: Path
+) -> None:
+    """A worker stopped by SIGSTOP while it holds a row: another worker runs the row again
+    within the window; once resumed (SIGCONT), the paused one says its event loop ran late (the
+    process was paused, or its loop blocked), not that the store could not be reached, and
+    what that means for its row."""
+    paused = start(url, tmp_path, hang=True)
+    other: subprocess.Popen[bytes] | None = None
+    try:
+        row_id = await jobs.push(Long(1))
+        await wait_for("the first run to start", lambda: file(tmp_path / f"started-{row_id}-1"))
+
+        async def holding() -> WorkerEntry | None:
+            found = await entry_of(paused.pid)(jobs)
+            return found if found is not None and found.running == (row_id,) else None
+
+        await wait_for("the worker's beat to name its row", holding)
+        other = start(url, tmp_path, hang=False)
+        await wait_for("the second worker's entry", lambda: entry_of(other.pid)(jobs))
+        paused.send_signal(signal.SIGSTOP)
+        try:
+            await wait_for(
+                "the row to run again in the other worker",
+                lambda: file(tmp_path / f"finished-{row_id}-2"),
+            )
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        resumed_at = job.now_us()
+
+        async def beaten_again() -> WorkerEntry | None:
+            found = await entry_of(paused.pid)(jobs)
+            return found if found is not None and found.beat_at > resumed_at else None
+
+        await wait_for("the resumed worker's next beat", beaten_again)
+    finally:
+        paused.kill()
+        out, _ = paused.communicate(timeout=30)
+        if other is not None and other.poll() is None:
+            other.send_signal(signal.SIGTERM)
+            other.communicate(timeout=30)
+    said = [
+        line.partition(" WARNING nilo_job: ")[2]
+        for line in out.decode().splitlines()
+        if " WARNING nilo_job: this process could not beat" in line
+    ]
+    assert len(said) == 1, out.decode()
+    assert re.fullmatch(
+        r"this process could not beat for \d+\.\d s and the lease is 600 ms: its event loop ran "
+        r"\d+\.\d s late \(the process was paused, or its event loop was blocked\); of the 1 row "
+        rf"this process holds \({row_id}\), any whose lease runs out before a beat renews it may "
+        r"be taken and run again by another worker \(an end this process writes after that is "
+        r"refused as a lost lease\)",
+        said[0],
+    ), said[0]

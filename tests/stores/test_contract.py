@@ -69,6 +69,16 @@ async def test_a_unique_key_holds_one_queued_row_per_kind(store: Store, t: int) 
     assert await store.stats() == (4, 0, 0)
 
 
+async def test_a_unique_key_and_a_kind_are_matched_byte_for_byte(store: Store, t: int) -> None:
+    # No store folds case, pads with spaces or reads é in two spellings as one: each is its own.
+    keys = ["k", "K", "k ", "\u00e9", "e\u0301"]
+    assert None not in await store.push([new(t, unique=key) for key in keys])
+    assert await store.push([new(t, unique=key) for key in keys]) == [None] * len(keys)
+    (upper,) = await store.push([new(t, kind="A")])
+    assert [row.id for row in await store.claim(["A"], t, t + LEASE, 10)] == [upper]
+    assert await store.stats() == (5, 1, 0)
+
+
 async def test_claim_takes_due_rows_in_run_at_order_and_counts_the_attempt(
     store: Store, t: int
 ) -> None:

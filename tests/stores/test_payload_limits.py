@@ -94,13 +94,14 @@ def table_place(tmp_path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mariadb"])
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where the test's stores are: "memory", or the URL of an empty table."""
     if request.param == "memory":
         return "memory"
-    if request.param == "postgres":
-        url: str = request.getfixturevalue("pg_url")
+    if request.param in ("postgres", "mariadb"):
+        name = "pg_url" if request.param == "postgres" else "mariadb_url"
+        url: str = request.getfixturevalue(name)
         return url
     return table_place(tmp_path)
 
@@ -174,7 +175,9 @@ async def test_push_many_with_one_payload_over_the_limit_writes_none_of_them(
     jobs = job.Jobs(kinds=[Note], store=store)
     with pytest.raises(job.PayloadTooLarge) as refused:
         await jobs.push_many([note(100), note(101), note(50)])
-    assert str(refused.value) == refusal("push_many", 101, 100, store)
+    # The value is named by its place in the list, and the refusal keeps its class.
+    assert str(refused.value) == refusal("push_many: item 2 of 3 (values[1])", 101, 100, store)
+    assert isinstance(refused.value, job.Refusal)
     assert await rows_in(jobs) == 0
     ids = await jobs.push_many([note(100), note(50)])
     assert len(ids) == 2

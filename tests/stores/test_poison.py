@@ -410,8 +410,30 @@ def test_a_postgresql_url_postgresql_cannot_read_is_refused_with_a_sentence() ->
     assert "percent-encoded spaces (%20)" in message
     assert "secret" not in message
     assert repr(job.Table("postgresql://me:secret@db.example:6543/app")) == (
-        "job.Table('postgresql://db.example:6543/app')"
+        "job.Table('postgresql://me@db.example:6543/app')"
     )
+
+
+def test_a_postgresql_tables_repr_keeps_the_user_as_the_reference_shows() -> None:
+    """The repr the reference shows is the one a table has: the user kept, the password and
+    the query dropped, also for a user that needs percent-encoding."""
+    from tests.helpers import ROOT
+
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    shown = (
+        "`job.Table('postgresql://app:s3cret@db:5432/shop?sslmode=require')` is shown as\n"
+        "`job.Table('postgresql://app@db:5432/shop')`"
+    )
+    assert shown in reference
+    cases = {
+        "postgresql://app:s3cret@db:5432/shop?sslmode=require": "postgresql://app@db:5432/shop",
+        "postgresql://db:5432/shop": "postgresql://db:5432/shop",
+        "postgres://ops%40corp:Pw1%2F@db/shop": "postgresql://ops%40corp@db/shop",
+        "postgresql:///shop?host=db&user=app&password=Pw2": "postgresql://app@db/shop",
+    }
+    for url, said in cases.items():
+        assert repr(job.Table(url)) == f"job.Table('{said}')"
+        assert "Pw" not in repr(job.Table(url))
 
 
 async def test_an_end_a_store_refuses_is_written_again_with_its_text_in_ascii(t: int) -> None:

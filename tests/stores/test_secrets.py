@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -62,7 +63,7 @@ FORMS = [
 ]
 RAW_AT = Form("userinfo, a raw @", "Ra1@Rb2")
 """A password with a raw `@`, which libpq reads as the password `Ra1` and the host `Rb2@…`: it
-never connects, and nothing may show either piece."""
+is refused before anything connects, and nothing may show either piece."""
 
 
 def pieces(secret: str) -> list[str]:
@@ -118,7 +119,7 @@ async def test_no_sentence_about_a_table_says_the_password(
     target = form.target(role, at)
     table = job.Table(target)
     said: list[str] = [repr(table)]
-    assert repr(table) == f"job.Table('postgresql://{at}')"
+    assert repr(table) == f"job.Table('postgresql://{role}@{at}')"  # the user, never a password
     try:
         await table.check()  # it connects: the table is there
         with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -126,7 +127,9 @@ async def test_no_sentence_about_a_table_says_the_password(
         with pytest.raises(job.StoreUnavailable) as older:
             await table.check()
         said.append(str(older.value))
-        assert str(older.value).startswith(f"the nilo_jobs table in job.Table('postgresql://{at}')")
+        assert str(older.value).startswith(
+            f"the nilo_jobs table in job.Table('postgresql://{role}@{at}')"
+        )
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("DROP TABLE nilo_jobs")
         for call in (table.stats, table.check):
@@ -146,7 +149,7 @@ async def test_no_sentence_about_a_table_says_the_password(
         assert_hidden(text, form.secret)
 
 
-@pytest.mark.parametrize("form", [*FORMS, RAW_AT], ids=lambda form: form.name)
+@pytest.mark.parametrize("form", FORMS, ids=lambda form: form.name)
 @pytest.mark.parametrize("wrong", ["port", "host"])
 async def test_a_server_that_cannot_be_reached_is_said_without_the_password(
     form: Form, wrong: str, role: str, pg_url: str
@@ -156,7 +159,7 @@ async def test_a_server_that_cannot_be_reached_is_said_without_the_password(
         at = at.replace(":5432/", ":1/")
     else:
         at = at.replace("127.0.0.1:", "nilo-no-such-host.invalid:")
-    where = at  # (with a raw `@`, libpq reads the host as `Rb2@…`, which no name resolves)
+    where = at
     target = form.target(role, at) + ("&" if "?" in form.target(role, at) else "?")
     target += "connect_timeout=2"
     table = job.Table(target)
@@ -191,7 +194,7 @@ async def test_an_application_pool_on_a_keyword_string_is_said_without_its_passw
             await table.stats()
         await table.close()
     at = place(pg_url)
-    assert repr(table) == f"job.Table('postgresql://{at}')"
+    assert repr(table) == f"job.Table('postgresql://{role}@{at}')"
     assert str(missing.value) == (
         f"there is no nilo_jobs table in {at}: create it with `nilo-job migrate "
         f"postgresql://{role}@{at}` (or await table.create_missing())"
@@ -228,11 +231,17 @@ KEYWORDS = "host=db.example dbname=shop user=app password='Kk1 Kl2'"
             "(percent-encoded), or a psycopg_pool.AsyncConnectionPool opened with it",
         ),
         (
-            "mysql://app:My1My2@db.example/shop",
+            "mssql://app:Ms1Ms2@db.example/shop",
+            "Ms1Ms2",
+            "job.Table('mssql://app@db.example/shop'): pass a URL, 'sqlite:///app.db' "
+            "(relative), 'sqlite:////var/lib/app.db' (absolute), 'postgresql://user@host/db' or "
+            "'mysql://user@host/db' (MariaDB or MySQL), or a psycopg_pool.AsyncConnectionPool",
+        ),
+        (
+            "mysql://app:My1My2@db.example:3306/",
             "My1My2",
-            "job.Table('mysql://app@db.example/shop'): pass a URL, 'sqlite:///app.db' "
-            "(relative), 'sqlite:////var/lib/app.db' (absolute) or 'postgresql://user@host/db', "
-            "or a psycopg_pool.AsyncConnectionPool",
+            "job.Table('mysql://app@db.example:3306/') names no database: write "
+            "'mysql://user:password@host:3306/database'",
         ),
         (
             "sqlite://app:Sq1Sq2@host/app.db",
@@ -263,14 +272,15 @@ KEYWORDS = "host=db.example dbname=shop user=app password='Kk1 Kl2'"
             {"password": "Dc1Dc2"},
             "Dc1Dc2",
             "job.Table(a dict): pass a URL, 'sqlite:///app.db' (relative), "
-            "'sqlite:////var/lib/app.db' (absolute) or 'postgresql://user@host/db', or a "
-            "psycopg_pool.AsyncConnectionPool",
+            "'sqlite:////var/lib/app.db' (absolute), 'postgresql://user@host/db' or "
+            "'mysql://user@host/db' (MariaDB or MySQL), or a psycopg_pool.AsyncConnectionPool",
         ),
     ],
     ids=[
         "sqlalchemy",
         "keywords",
-        "mysql",
+        "another database",
+        "mysql without a database",
         "sqlite",
         "space",
         "bad escape",
@@ -379,6 +389,43 @@ def test_the_command_line_names_a_target_without_its_password(args: list[str], s
 )
 def test_shown_keeps_the_user_and_drops_every_secret(target: str, expected: str) -> None:
     assert shown(target) == expected
+
+
+MISREAD = (
+    "cannot be read as meant: its user or password holds an '@' or a '/' that is not "
+    "percent-encoded, so PostgreSQL would read a piece of the password as the host; "
+    "percent-encode the user and the password (urllib.parse.quote(password, safe='') writes "
+    "'@' as %40 and '/' as %2F)"
+)
+
+
+@pytest.mark.parametrize("secret", [RAW_AT.secret, "Rs1/Rs2", "Rt1@Rt2/Rt3"])
+async def test_a_password_with_a_raw_at_or_slash_is_refused_saying_so_not_a_host_never_tried(
+    secret: str,
+) -> None:
+    """libpq would take a piece of such a password for the host (`Rb2@127.0.0.1`) or the port,
+    so a sentence naming the host of the URL as meant would label a host it never tried: the
+    URL is refused at once, saying what went wrong, with no piece of the password."""
+    url = f"postgresql://app:{secret}@127.0.0.1:5432/shop"
+    with pytest.raises(job.Refusal) as refused:
+        job.Table(url)
+    assert str(refused.value) == f"job.Table('postgresql://app@127.0.0.1:5432/shop') {MISREAD}"
+    printed = await asyncio.to_thread(nilo_job, "stats", url)
+    assert printed == f"Error: job.Table('postgresql://app@127.0.0.1:5432/shop') {MISREAD}\n"
+    with pytest.raises(job.Refusal) as listen:
+        job.Table("postgresql://app@127.0.0.1:6432/shop", listen_url=url)
+    assert str(listen.value) == f"listen_url='postgresql://app@127.0.0.1:5432/shop' {MISREAD}"
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(url, open=False)  # never opened
+    with pytest.raises(job.Refusal) as pooled:
+        job.Table(pool)
+    assert str(pooled.value) == (
+        "job.Table(a pool on 'postgresql://app@127.0.0.1:5432/shop'): its URL " + MISREAD
+    )
+    for said in (str(refused.value), printed, str(listen.value), str(pooled.value)):
+        assert_hidden(said, secret)
+    # Percent-encoded, the same password is read as meant.
+    encoded = f"postgresql://app:{quote(secret, safe='')}@127.0.0.1:5432/shop"
+    assert repr(job.Table(encoded)) == "job.Table('postgresql://app@127.0.0.1:5432/shop')"
 
 
 def test_scrubbed_hides_each_quoted_piece_of_a_secret() -> None:

@@ -256,12 +256,17 @@ async def test_a_push_with_an_idle_worker_here_is_run_without_a_claim(store: Sto
     counter = ClaimCounter(store)
     async with jobs.serving():
         await until_idle(jobs)
+        feed = jobs._parts.wakeups.feed
+        assert feed is not None
         for n in range(5):
             _reset(1)
             await jobs.push(Attempted(n))
             async with asyncio.timeout(30):
                 await _all_ran.wait()
             assert _ran == [1]
+            # (Its end written: before serve's first writes of ends, its bound is two rows a
+            # worker whose ends are not written, and a push past it is claimed.)
+            await until("its end written", lambda: not feed.tasks)
     assert counter.rows == 0  # each row was claimed by its own push, for an idle worker
     assert await jobs.stats() == (0, 0, 0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -303,6 +304,66 @@ runs: list[int] = []
 release = asyncio.Event()
 
 
+def said_past_lease(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The WARNINGs that this process could not beat for about its lease."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.getMessage().startswith("this process could not beat")
+    ]
+
+
+def rows_said(row_id: int) -> str:
+    """What the WARNING says of the one row `row_id` the process holds."""
+    return (
+        f"of the 1 row this process holds ({row_id}), any whose lease runs out before a beat "
+        "renews it may be taken and run again by another worker (an end this process writes "
+        "after that is refused as a lost lease)"
+    )
+
+
+async def test_a_process_whose_event_loop_stood_still_past_the_lease_says_so_not_the_store(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process that could not beat because its own event loop stood still (blocked here, as
+    by a sync call in a run; a SIGSTOP does the same) says that, not that the store could not
+    be reached, and what it means for the rows it holds; its next beat is answered."""
+    global release
+    release = asyncio.Event()
+    await store.create_missing()
+    jobs = job.Jobs(kinds=[Held], store=store, heartbeat_ms=100, poll_ms=50)
+    caplog.set_level(logging.INFO, logger="nilo_job")
+    async with jobs.serving(grace_ms=0):
+        row_id = await jobs.push(Held(1))
+
+        async def beaten() -> WorkerEntry | None:
+            found = await _entry_of(store, os.getpid())
+            return found if found is not None and found.running == (row_id,) else None
+
+        await wait_for(beaten, timeout_s=10)
+        time.sleep(1.0)  # noqa: ASYNC251 (the event loop blocked for over the 300 ms lease)
+
+        async def beating_again() -> str | None:
+            return next(
+                (m for r in caplog.records if (m := r.getMessage()).startswith("beating again")),
+                None,
+            )
+
+        again = await wait_for(beating_again, timeout_s=10)
+        release.set()
+    (said,) = said_past_lease(caplog)
+    found = re.fullmatch(
+        r"this process could not beat for (\d+\.\d) s and the lease is 300 ms: its event loop "
+        r"ran (\d+\.\d) s late \(the process was paused, or its event loop was blocked\); "
+        + re.escape(rows_said(row_id)),
+        said,
+    )
+    assert found is not None, said
+    assert 1.0 <= float(found[1]) < 5.0  # the block, and a beat at most before it
+    assert 0.8 <= float(found[2]) <= float(found[1])  # the block, less the step it began in
+    assert re.fullmatch(r"beating again after \d+\.\d s without a beat answered", again), again
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A table two queues in this test share: a SQLite file, or a PostgreSQL database."""
@@ -344,13 +405,13 @@ async def test_a_process_cut_off_from_the_store_past_the_window_has_its_rows_run
                 row = await other_jobs.row(row_id)
                 assert row is not None
                 assert row.attempts == 2
-                said = [r.getMessage() for r in caplog.records]
-                assert any(
-                    "no beat has been answered for" in m and "the lease is 300 ms" in m
-                    and f"the 1 row this process holds ({row_id})" in m
-                    and "may be taken and run again by another worker" in m
-                    for m in said
-                )  # fmt: skip
+                (said,) = said_past_lease(caplog)
+                assert re.fullmatch(
+                    r"this process could not beat for \d+\.\d s and the lease is 300 ms: the "
+                    r"store could not be reached \(the beat failed with StoreUnavailable\); "
+                    + re.escape(rows_said(row_id)),
+                    said,
+                ), said
                 release.set()  # both runs end: the first's end is refused, the second's kept
 
                 async def done() -> job.Row | None:
@@ -473,12 +534,13 @@ async def test_a_process_whose_database_stops_answering_past_the_window_has_its_
                     return len(runs) == 2
 
                 await wait_for(run_twice, timeout_s=10)  # within the window, not an hour
-                said = [r.getMessage() for r in caplog.records]
-                assert any(
-                    "no beat has been answered for" in m and "the lease is 600 ms" in m
-                    and f"the 1 row this process holds ({row_id})" in m
-                    for m in said
-                ), said  # fmt: skip
+                (said,) = said_past_lease(caplog)
+                assert re.fullmatch(
+                    r"this process could not beat for \d+\.\d s and the lease is 600 ms: the "
+                    r"store could not be reached \(the last beat is still unanswered\); "
+                    + re.escape(rows_said(row_id)),
+                    said,
+                ), said
                 proxy.resume()
                 release.set()
 

@@ -538,7 +538,7 @@ def test_a_store_that_is_not_a_store_is_refused(store: object) -> None:
         job.Jobs(kinds=[Fine], store=store)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("target", ["mysql://x/y", "app.db", 5])
+@pytest.mark.parametrize("target", ["mssql://x/y", "app.db", 5])
 def test_a_table_target_that_is_not_a_database_url_is_refused(target: object) -> None:
     with pytest.raises(job.Refusal, match="sqlite:///"):
         job.Table(target)

@@ -57,6 +57,51 @@ async def test_push_many_writes_nothing_when_one_value_is_bad(store: job.Store) 
     assert await jobs.push_many([]) == []
 
 
+async def test_push_many_names_the_value_it_refuses_by_its_place_in_the_list(
+    store: job.Store,
+) -> None:
+    jobs = job.Jobs(kinds=[Item], store=store)
+    values: list[object] = [Item(n) for n in range(10)]
+    refusals = {
+        2: (
+            math.inf,
+            "push_many: item 3 of 10 (values[2]): Item.score holds a float that is not finite "
+            "(NaN or infinity), which JSON cannot carry: store None or a sentinel instead; "
+            "nothing was pushed",
+        ),
+        9: (
+            {"n": 9},
+            "push_many: item 10 of 10 (values[9]): push_many takes a value of one of this "
+            "queue's kinds (Item), not a dict: build it first, like push_many([Item(...), ...]) "
+            "with its fields",
+        ),
+        0: (
+            Item,
+            "push_many: item 1 of 10 (values[0]): push_many takes a Item value, not the class "
+            "itself: push_many([Item(...), ...]) with its fields",
+        ),
+        4: (
+            Other(),
+            "push_many: item 5 of 10 (values[4]): Other is not a kind of this queue (Item): add "
+            "it to job.Jobs(kinds=[...])",
+        ),
+    }
+    for index, (bad, said) in refusals.items():
+        given = list(values)
+        given[index] = Item(index, score=bad) if isinstance(bad, float) else bad
+        with pytest.raises(job.Refusal) as refused:
+            await jobs.push_many(given)
+        assert str(refused.value) == said
+    # An option is refused once, for every value: no item is named.
+    with pytest.raises(job.Refusal) as refused:
+        await jobs.push_many(values, after_ms=-1)
+    assert str(refused.value) == (
+        "push_many(after_ms=-1) is below 0: after_ms must be whole milliseconds from 0 to "
+        "315,360,000,000 (ten years)"
+    )
+    assert await jobs.stats() == (0, 0, 0)
+
+
 async def test_push_many_on_a_full_memory_store_writes_nothing() -> None:
     store = job.Memory(bytes=100)
     jobs = job.Jobs(kinds=[Item], store=store)

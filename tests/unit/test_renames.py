@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -313,3 +314,59 @@ def test_check_without_its_table_says_the_rows_were_not_counted(tmp_path: Path) 
     assert done.stdout == "ok: 1 kind (welcome-mail), lease 61000 ms\n"
     assert done.stderr.startswith("the table was not read (")
     assert done.stderr.endswith("): rows of old names are not counted\n")
+
+
+# ---------------------------------------------------------------------- nilo-job worker --kinds
+
+
+def start_worker(tmp_path: Path, url: str, *args: str) -> subprocess.Popen[str]:
+    """`nilo-job worker renamed_app:jobs` on `url` with `args`, its stderr piped."""
+    (tmp_path / "renamed_app.py").write_text(APP.format(url=url))
+    return subprocess.Popen(
+        [sys.executable, "-m", "nilo_job", "worker", "renamed_app:jobs", *args],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_worker_kinds_naming_an_old_name_serves_the_renamed_kind_and_says_so(
+    url: str, tmp_path: Path, t: int
+) -> None:
+    table = job.Table(url)
+    try:
+        await table.create_missing()
+        (old,) = await old_rows(table, t, "ada")
+        new = await job.Jobs(kinds=[WelcomeMail], store=table).push(WelcomeMail(to="bob"), at=t)
+    finally:
+        await table.close()
+    proc = start_worker(tmp_path, url, "--kinds", "send-welcome")
+    try:
+        table = job.Table(url)
+        try:
+
+            async def both_done() -> bool:
+                rows = [await table.row(row_id) for row_id in (old, new) if row_id is not None]
+                return len(rows) == 2 and all(r is not None and r.state == "done" for r in rows)
+
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await both_done():  # the row of each name, run by the one kind
+                assert proc.poll() is None, proc.communicate(timeout=30)[1]
+                assert asyncio.get_running_loop().time() < deadline, "the rows did not run"
+                await asyncio.sleep(0.05)
+        finally:
+            await table.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    said = [line.partition(" nilo_job: ")[::2] for line in err.splitlines()]
+    warned = [text for level, text in said if level.endswith(" WARNING")]
+    assert warned == [
+        "--kinds send-welcome: send-welcome is an old name of welcome-mail (in its aliases): "
+        "serving welcome-mail, which runs the rows of both names; write --kinds welcome-mail, "
+        "since --kinds send-welcome is refused once the alias is dropped"
+    ]
+    assert any(text.startswith("serving welcome-mail with ") for _level, text in said), err

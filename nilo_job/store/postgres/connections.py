@@ -89,6 +89,16 @@ rather than the `options` startup parameter, which would replace the URL's own `
 which PgBouncer refuses); behind a pooler in transaction mode, each transaction takes them for
 itself instead (`pooler.WORK_LOCAL`)."""
 
+_UNDEFINED = re.compile(r'"(?:[^"]*\.)?([^".]+)" does not exist')
+
+
+def missing_table(error: errors.UndefinedTable) -> str | None:
+    """The table PostgreSQL said is missing (`relation "nilo_jobs_done" does not exist`), or
+    None when its words do not say (a server speaking another language)."""
+    found = _UNDEFINED.search(error.diag.message_primary or str(error))
+    return None if found is None else found[1]
+
+
 Use = Literal["push", "claim", "end"]
 """What a kept connection is for: one-row pushes, serve's claims, serve's groups of ends."""
 USES: tuple[Use, ...] = ("push", "claim", "end")
@@ -223,8 +233,8 @@ class Connections:
         store's error, with a sentence that holds none of the connection string's secrets."""
         target = self.conninfo if conninfo is None else conninfo
         at = self.where if conninfo is None else where(conninfo)
-        if isinstance(error, errors.UndefinedTable):
-            return _schema.no_table(at, self.target)
+        if isinstance(error, errors.UndefinedTable):  # the table it named
+            return _schema.no_such_table(at, self.target, missing_table(error))
         if isinstance(error, errors.UndefinedColumn):
             return _schema.older(at, self.target, "1 or another older one")
         if isinstance(error, PoolTimeout):

@@ -39,7 +39,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ..._errors import Refusal
-from .._target import scrubbed, shown
+from .._target import misread, scrubbed, shown
 
 POOLER = "nilo_pooler"
 LISTEN_URL = "nilo_listen_url"
@@ -101,6 +101,8 @@ def read_pooler(url: str, pooler: bool | None, listen_url: str | None) -> Pooler
                 f"listen_url={said}: pass the direct 'postgresql://user@host/db' of the "
                 "server (not the pooler's)"
             )
+        if (wrong := misread(listen_url)) is not None:
+            raise Refusal(f"listen_url={shown(listen_url)!r} cannot be read as meant: {wrong}")
         try:
             conninfo_to_dict(listen_url)
         except psycopg.ProgrammingError as error:

@@ -122,7 +122,8 @@ SELECT 1;
 -- name: upgrade_to_7
 -- Version 7 keeps each row's attempts and counts deaths by the minute, in tables of their own
 -- (made here, as `create` runs after the steps): no column of nilo_jobs changes. Each dead row's
--- death is recorded as its last attempt and counted in its minute.
+-- death is recorded as its last attempt and counted in its minute (unless it is
+-- already: a table whose version was not recorded, as Alembic's, may be at version 7).
 CREATE TABLE IF NOT EXISTS nilo_jobs_attempts (  -- attempts that did not end done (version 7)
     id          bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- the order they were written
     row_id      bigint  NOT NULL,                   -- the row's id (in nilo_jobs or nilo_jobs_done)
@@ -145,7 +146,11 @@ CREATE TABLE IF NOT EXISTS nilo_jobs_deaths (    -- deaths by kind and minute, a
 INSERT INTO nilo_jobs_attempts (row_id, attempt, started_at, ended_at, worker, outcome, error,
                                 detail, traceback)
 SELECT id, attempts, started_at, died_at, worker, 'dead', error, detail, traceback
-FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL ORDER BY id;
+FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM nilo_jobs_attempts AS a
+                    WHERE a.row_id = nilo_jobs.id AND a.attempt = nilo_jobs.attempts
+                    AND a.outcome = 'dead')
+ORDER BY id;
 INSERT INTO nilo_jobs_deaths (kind, minute, deaths)
 SELECT kind, died_at - died_at % 60000000, count(*)
 FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL
@@ -192,9 +197,10 @@ DELETE FROM nilo_jobs_workers WHERE id = %s;
 SELECT id, host, pid, version, kinds, workers, beat_ms, started_at, beat_at, running
 FROM nilo_jobs_workers ORDER BY started_at, id;
 
--- name: has_version
-SELECT count(*) FROM information_schema.tables
-WHERE table_name = 'nilo_jobs_version' AND table_schema = current_schema();
+-- name: tables
+-- Which of the tables beside nilo_jobs (the names given) exist, found as the statements find
+-- them: through the connection's search_path.
+SELECT name FROM unnest(%s::text[]) AS name WHERE to_regclass(name) IS NOT NULL;
 
 -- name: version
 SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
@@ -564,3 +570,14 @@ ORDER BY finished_at DESC, id DESC LIMIT %s;
 
 -- name: oldest_due
 SELECT kind, min(run_at) FROM nilo_jobs WHERE state = 'queued' AND run_at <= %s GROUP BY kind;
+
+-- name: held_back
+-- The oldest transaction of another session of this database that holds a snapshot, which
+-- keeps cleanup (vacuum) from removing what was deleted or updated since it began. A role
+-- without pg_read_all_stats sees the state and query of its own sessions only (NULL for others).
+SELECT pid, extract(epoch FROM now() - xact_start)::float8, state, left(query, 200), usename,
+       application_name
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+  AND xact_start IS NOT NULL AND backend_type = 'client backend'
+ORDER BY xact_start LIMIT 1;

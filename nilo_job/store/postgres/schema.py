@@ -18,34 +18,44 @@ from .. import _schema, _sql
 SQL = _sql.load("nilo_job.store.postgres")
 
 
-async def read_schema(conn: psycopg.AsyncConnection[Any]) -> tuple[set[str], _schema.Recorded]:
-    """The table's columns (empty: no table), and what its version table records."""
+Schema = tuple[set[str], _schema.Recorded, set[str]]
+"""The table's columns (empty: no table), what its version table records, and which of the
+tables beside it (`_schema.SIDE_TABLES`) exist."""
+
+
+async def read_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
+    """The table's columns, its version record and the tables beside it (`Schema`)."""
     cur = await conn.execute(SQL["columns"])
     columns = {row[0] for row in await cur.fetchall()}
-    cur = await conn.execute(SQL["has_version"])
-    found = await cur.fetchone()
-    if not found or not found[0]:
-        return columns, None
+    cur = await conn.execute(SQL["tables"], (sorted(_schema.SIDE_TABLES),))
+    tables = {row[0] for row in await cur.fetchall()}
+    if "nilo_jobs_version" not in tables:
+        return columns, None, tables
     cur = await conn.execute(SQL["version"])
     found = await cur.fetchone()
     if found is None or found[0] is None or found[1] is None:
-        return columns, None
-    return columns, (int(found[0]), int(found[1]))
+        return columns, None, tables
+    return columns, (int(found[0]), int(found[1])), tables
 
 
 async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> None:
     """Create what is missing and run the steps from the table's version to this one's, on
-    `conn` inside a transaction; a table already as this version wants it is not touched.
+    `conn` inside a transaction; a table already as this version wants it, with every table
+    beside it, is not touched.
 
     Raises:
         StoreUnavailable: the table is from a newer nilo-job than this one can work on.
     """
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext('nilo_jobs'))")
     await conn.execute("SET LOCAL lock_timeout = '10s'")
-    columns, recorded = await read_schema(conn)
+    columns, recorded, tables = await read_schema(conn)
     steps = _schema.steps_from(columns, recorded, where)
     if steps is None or (not steps and recorded is not None and columns):
-        return  # as this version wants it (or newer, and fine as it is): touch nothing
+        # As this version wants it (or newer, and fine as it is): touch nothing, but make a
+        # table beside it that is missing (dropped, say), whatever the record says.
+        if _schema.SIDE_TABLES - tables:
+            await _script(conn, SQL["create"])
+        return
     if steps:
         await conn.execute("LOCK TABLE nilo_jobs IN ACCESS EXCLUSIVE MODE")
         for step in steps:

@@ -42,7 +42,7 @@ from .._sql import (
     unwrap_django,
     worker_entry,
 )
-from .._target import scrubbed, shown
+from .._target import misread, scrubbed, shown, user_at
 from ..contract import (
     LISTED_CHARS,
     MAX_PAYLOAD,
@@ -51,6 +51,7 @@ from ..contract import (
     Died,
     Done,
     End,
+    HeldBack,
     NewRow,
     RowView,
     Where,
@@ -137,6 +138,8 @@ class PostgresTable:
             )
         if isinstance(target, str):
             said = read_pooler(target, pooler, listen_url)
+            if (wrong := misread(said.conninfo)) is not None:
+                raise Refusal(f"job.Table({shown(target)!r}) cannot be read as meant: {wrong}")
             try:
                 conninfo_to_dict(said.conninfo)
             except psycopg.ProgrammingError as error:
@@ -151,6 +154,11 @@ class PostgresTable:
             if said.pooler:
                 check_pool(target.kwargs)
             self.conninfo = str(target.conninfo)
+            if (wrong := misread(self.conninfo)) is not None:
+                raise Refusal(
+                    f"job.Table(a pool on {shown(self.conninfo)!r}): its URL cannot be read as "
+                    f"meant: {wrong}"
+                )
             pool = target
         else:
             raise Refusal(
@@ -166,7 +174,7 @@ class PostgresTable:
         )  # fmt: skip
 
     def __repr__(self) -> str:
-        return f"job.Table('postgresql://{where(self.conninfo)}')"
+        return f"job.Table('postgresql://{user_at(self.conninfo)}{where(self.conninfo)}')"
 
     @property
     def bound_ms(self) -> int:
@@ -212,10 +220,10 @@ class PostgresTable:
         )
 
     async def check(self) -> None:
-        columns, recorded = await self._connections.run(
+        columns, recorded, tables = await self._connections.run(
             read_schema, "the check of the table", transaction=False
         )
-        _schema.check(repr(self), self._target(), columns, recorded)
+        _schema.check(repr(self), self._target(), columns, recorded, tables)
 
     def _target(self) -> str:
         """The URL an operator passes to `nilo-job migrate`, without its password (`shown`)."""
@@ -632,6 +640,20 @@ class PostgresTable:
 
     async def workers(self) -> list[WorkerEntry]:
         return [worker_entry(row) for row in await self._all(SQL["workers"])]
+
+    async def held_back(self) -> HeldBack | None:
+        found = await self._all(SQL["held_back"], what="a look at pg_stat_activity")
+        if not found:
+            return None
+        pid, age_s, state, query, user, application = found[0]
+        return HeldBack(
+            age_s=max(0.0, float(age_s)),
+            pid=int(pid),
+            state=state,
+            query=query,
+            user=user,
+            application=application,
+        )
 
 
 def _ends(n: int) -> str:

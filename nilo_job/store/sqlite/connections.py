@@ -22,7 +22,9 @@ beforehand (shared with a group, say) keeps its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -40,9 +42,33 @@ HERE_REST = 100  # how many: then `here` is tried again, its average forgotten
 _clock = time.perf_counter  # how long a write `here` took (seconds)
 
 
+_NO_SUCH_TABLE = re.compile(r"no such table: (?:\w+\.)?(\w+)")
+_QUEUE_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'nilo_jobs'"
+
+
+def missing_table(error: sqlite3.Error, conn: sqlite3.Connection) -> str | None:
+    """The table SQLite said is missing on `conn` (lower case), or None when `error` is about
+    something else: "nilo_jobs" when that is missing too, whichever table the statement met
+    first."""
+    found = _NO_SUCH_TABLE.search(str(error))
+    if found is None:
+        return None
+    with contextlib.suppress(sqlite3.Error):
+        if not conn.execute(_QUEUE_TABLE).fetchone():
+            return "nilo_jobs"
+    return found[1].lower()
+
+
 def _text(data: bytes) -> str:
     """How the store reads text: UTF-8, with bytes that are not kept as surrogates."""
     return data.decode("utf-8", "surrogateescape")
+
+
+WAL_KEPT_BYTES = 8 * 1024 * 1024
+"""The size the WAL file is cut back to when SQLite restarts it after a checkpoint that
+completed (`journal_size_limit`): a reader that held a transaction while the WAL grew does not
+leave a file that large behind. Between checkpoints (every 1,000 pages, about 4 MB) the WAL
+stays under it, so it is not cut in steady use."""
 
 
 class Connections:
@@ -143,8 +169,8 @@ class Connections:
             if isinstance(error, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise
             text = str(error)
-            if "no such table: nilo_jobs" in text:
-                raise _schema.no_table(self.path, self.target) from error
+            if (missing := missing_table(error, conn)) is not None:  # the one SQLite named
+                raise _schema.no_such_table(self.path, self.target, missing) from error
             if "no such column" in text or "has no column named" in text:
                 raise _schema.older(self.path, self.target, f"below {_schema.VERSION}") from error
             if "locked" in text or "busy" in text:
@@ -179,6 +205,7 @@ class Connections:
                 if self.path != ":memory:":
                     self.retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
             conn.execute(f"PRAGMA synchronous = {synchronous}")
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_KEPT_BYTES}")
         except sqlite3.Error as error:
             raise StoreUnavailable(f"cannot open SQLite database {self.path}: {error}") from error
         return conn

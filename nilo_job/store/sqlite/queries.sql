@@ -115,11 +115,16 @@ SELECT 1;
 -- name: upgrade_to_7
 -- Version 7 keeps each row's attempts and counts deaths by the minute, in tables of their own
 -- (made by `create`, which runs before the steps): no column of nilo_jobs changes. Each dead
--- row's death is recorded as its last attempt and counted in its minute.
+-- row's death is recorded as its last attempt and counted in its minute (unless it is
+-- already: a table whose version was not recorded, as Alembic's, may be at version 7).
 INSERT INTO nilo_jobs_attempts (row_id, attempt, started_at, ended_at, worker, outcome, error,
                                 detail, traceback)
 SELECT id, attempts, started_at, died_at, worker, 'dead', error, detail, traceback
-FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL ORDER BY id;
+FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM nilo_jobs_attempts AS a
+                    WHERE a.row_id = nilo_jobs.id AND a.attempt = nilo_jobs.attempts
+                    AND a.outcome = 'dead')
+ORDER BY id;
 INSERT INTO nilo_jobs_deaths (kind, minute, deaths)
 SELECT kind, died_at - died_at % 60000000, count(*)
 FROM nilo_jobs WHERE state = 'dead' AND died_at IS NOT NULL
@@ -155,8 +160,10 @@ FROM nilo_jobs_workers ORDER BY started_at, id;
 -- name: version
 SELECT max(version), max(compatible_from) FROM nilo_jobs_version;
 
--- name: has_version
-SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'nilo_jobs_version';
+-- name: tables
+-- The tables beside nilo_jobs that the file has (a name is any case in SQLite).
+SELECT lower(name) FROM sqlite_master
+WHERE type = 'table' AND name LIKE 'nilo\_jobs\_%' ESCAPE '\';
 
 -- name: forget_version
 DELETE FROM nilo_jobs_version;
@@ -392,3 +399,8 @@ ORDER BY finished_at DESC, id DESC LIMIT ?;
 
 -- name: oldest_due
 SELECT kind, min(run_at) FROM nilo_jobs WHERE state = 'queued' AND run_at <= ? GROUP BY kind;
+
+-- name: held_back
+-- A passive checkpoint: (busy, the WAL's frames, the frames copied back). Fewer copied than
+-- there are means a reader's open transaction still needs the rest.
+PRAGMA wal_checkpoint(PASSIVE);

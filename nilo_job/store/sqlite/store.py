@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -52,6 +53,7 @@ from ..contract import (
     Died,
     Done,
     End,
+    HeldBack,
     NewRow,
     Released,
     RowView,
@@ -60,7 +62,7 @@ from ..contract import (
     check_state,
     limited,
 )
-from .connections import Connections
+from .connections import Connections, missing_table
 from .wake import Signals, folder_of, listen
 
 T = TypeVar("T")
@@ -135,6 +137,7 @@ class SqliteTable:
         self.synchronous = synchronous.upper()
         self._db = Connections(path, busy_timeout_ms, self.synchronous, self._target())
         self._signals = Signals(folder_of(path))
+        self._stuck_since: float | None = None  # the first look at a checkpoint held back
 
     def __repr__(self) -> str:
         return f"job.Table('{self._target()}')"
@@ -187,8 +190,8 @@ class SqliteTable:
 
         def create(conn: sqlite3.Connection) -> None:
             columns = {r[0] for r in conn.execute(SQL["columns"])}
-            steps = _schema.steps_from(columns, _recorded(conn), self.path)
-            _script(conn, SQL["create"])
+            steps = _schema.steps_from(columns, _recorded(conn, _tables(conn)), self.path)
+            _script(conn, SQL["create"])  # (what is missing, whatever the record says)
             if steps is None:
                 return  # newer than this version, and fine as it is
             for step in steps:
@@ -200,11 +203,12 @@ class SqliteTable:
         await self._db.call(lambda conn: self._db.write(conn, create))
 
     async def check(self) -> None:
-        def read(conn: sqlite3.Connection) -> tuple[set[str], _schema.Recorded]:
-            return {r[0] for r in conn.execute(SQL["columns"])}, _recorded(conn)
+        def read(conn: sqlite3.Connection) -> tuple[set[str], _schema.Recorded, set[str]]:
+            tables = _tables(conn)
+            return {r[0] for r in conn.execute(SQL["columns"])}, _recorded(conn, tables), tables
 
-        columns, recorded = await self._db.call(read)
-        _schema.check(self.path, self._target(), columns, recorded)
+        columns, recorded, tables = await self._db.call(read)
+        _schema.check(self.path, self._target(), columns, recorded, tables)
 
     # ---------------------------------------------------------------------------------- rows
 
@@ -265,8 +269,8 @@ class SqliteTable:
         try:
             return _insert(tx, rows)
         except sqlite3.OperationalError as error:
-            if "no such table" in str(error):
-                raise _schema.no_table(self.path, self._target()) from error
+            if (missing := missing_table(error, tx)) is not None:
+                raise _schema.no_such_table(self.path, self._target(), missing) from error
             raise
 
     async def claim(
@@ -572,6 +576,28 @@ class SqliteTable:
         found = await self._db.call(lambda conn: conn.execute(SQL["workers"]).fetchall())
         return [worker_entry(row) for row in found]
 
+    async def held_back(self) -> HeldBack | None:
+        if self.path == ":memory:":
+            return None
+
+        def look(conn: sqlite3.Connection) -> tuple[bool, int | None]:
+            _busy, frames, copied = self._db.retry_busy(
+                lambda: conn.execute(SQL["held_back"]).fetchone()
+            )
+            try:
+                wal = os.path.getsize(self.path + "-wal")
+            except OSError:
+                wal = None
+            return frames < 0 or copied >= frames, wal  # (-1: not in WAL mode)
+
+        done, wal = await self._db.call(look)
+        now = time.monotonic()
+        if done:
+            self._stuck_since = None
+            return None
+        self._stuck_since = now if self._stuck_since is None else self._stuck_since
+        return HeldBack(age_s=now - self._stuck_since, wal_bytes=wal)
+
 
 def _kind(value: object) -> str:
     """A kind as another program may have written it, as text every reader can show: text that
@@ -587,9 +613,15 @@ def _kind(value: object) -> str:
     return str(value)
 
 
-def _recorded(conn: sqlite3.Connection) -> _schema.Recorded:
-    """What `nilo_jobs_version` records, or None when there is no record."""
-    if not conn.execute(SQL["has_version"]).fetchone()[0]:
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    """The tables beside `nilo_jobs` (`_schema.SIDE_TABLES`) that the file has."""
+    return {r[0] for r in conn.execute(SQL["tables"])} & _schema.SIDE_TABLES
+
+
+def _recorded(conn: sqlite3.Connection, tables: set[str]) -> _schema.Recorded:
+    """What `nilo_jobs_version` records, or None when there is no record (`tables`: those the
+    file has)."""
+    if "nilo_jobs_version" not in tables:
         return None
     version, compatible = conn.execute(SQL["version"]).fetchone()
     if not isinstance(version, int) or not isinstance(compatible, int):

@@ -1,0 +1,118 @@
+"""The watch on what holds back the cleanup of the queue's tables.
+
+A transaction left open on the database (a report, a stuck ORM session, a `psql` left idle in
+transaction) holds a snapshot: while it lasts, PostgreSQL can remove none of the rows deleted or
+updated since it began, so the queue's table and indexes grow and each claim reads through more
+dead entries. On SQLite, an open read transaction keeps checkpoints from completing, and the WAL
+grows with every write.
+
+Every serving process looks every `EVERY_S` seconds (`Store.held_back`). Once a hold has lasted
+`AFTER_S`, it says so as a WARNING naming what holds it (on PostgreSQL its pid, role,
+application, state, how long, and the start of its last statement), again every `AGAIN_S` while
+it lasts, and at INFO once it has ended. A look that fails is said once at INFO and tried again
+at the next; the watch never stops serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from .._text import duration
+from ..store.contract import HeldBack, Store
+
+log = logging.getLogger("nilo_job")
+
+EVERY_S = 15.0
+"""How often a serving process looks, in seconds."""
+
+AFTER_S = 60.0
+"""A hold is said once it has lasted this many seconds."""
+
+AGAIN_S = 300.0
+"""While it lasts, it is said again every this many seconds."""
+
+
+def described(hold: HeldBack, where: str) -> str:
+    """The WARNING's sentence for `hold` on the store `where`."""
+    if hold.pid is None:
+        size = "" if hold.wal_bytes is None else f" (the WAL is {hold.wal_bytes / 1e6:.1f} MB)"
+        return (
+            f"a read transaction has kept checkpoints of {where} from completing for "
+            f"{duration(hold.age_s * 1_000)}{size}: a connection of some process holds one open. "
+            "The WAL grows with every write until it ends, and shrinks back after"
+        )
+    who = ", ".join(
+        part
+        for part in (
+            f"pid {hold.pid}",
+            None if hold.user is None else f"role {hold.user}",
+            f"application {hold.application}" if hold.application else None,
+            hold.state,
+        )
+        if part
+    )
+    said = (
+        f"a transaction has held back the cleanup of the queue's tables in {where} for "
+        f"{duration(hold.age_s * 1_000)}: {who}"
+    )
+    if hold.query:
+        said += f", its last statement: {' '.join(hold.query.split())[:120]}"
+    return (
+        f"{said}. Rows deleted or updated since it began cannot be removed, so the tables and "
+        "their indexes grow and claims slow down; end it (COMMIT or ROLLBACK in that session, "
+        f"or SELECT pg_terminate_backend({hold.pid}))"
+    )
+
+
+class HoldWatch:
+    """Looks at what holds back the cleanup of `store`'s tables and says so (see the module).
+
+    Args:
+        store: the queue's store.
+        where: the store as sentences name it (its target, without a password).
+        after_s: a hold is said once it has lasted this many seconds.
+        again_s: while it lasts, it is said again every this many seconds.
+    """
+
+    def __init__(
+        self, store: Store, where: str, *, after_s: float = AFTER_S, again_s: float = AGAIN_S
+    ) -> None:
+        self.store = store
+        self.where = where
+        self.after_s = after_s
+        self.again_s = again_s
+        self.said: HeldBack | None = None  # the hold last said, while it lasts
+        self.said_at = 0.0  # when it was last said (monotonic s)
+        self.failed = False  # whether the last look failed (said once)
+
+    async def look(self) -> HeldBack | None:
+        """One look: what holds back the cleanup now (None: nothing), said as the module
+        says. A failure to look is said once at INFO and answers None."""
+        try:
+            hold = await self.store.held_back()
+        except Exception as error:
+            if not self.failed:
+                log.info("cannot look at what holds back the cleanup of %s: %s", self.where, error)
+            self.failed = True
+            return None
+        self.failed = False
+        now = time.monotonic()
+        if self.said is not None and (hold is None or hold.pid != self.said.pid):
+            pid = self.said.pid
+            what = "read transaction" if pid is None else f"transaction (pid {pid})"
+            log.info("the %s that held back the cleanup of %s has ended", what, self.where)
+            self.said = None
+        if hold is None or hold.age_s < self.after_s:
+            return hold
+        if self.said is None or now - self.said_at >= self.again_s:
+            log.warning(described(hold, self.where))
+            self.said, self.said_at = hold, now
+        return hold
+
+    async def run(self) -> None:
+        """Look every `EVERY_S` for as long as serve runs (until cancelled)."""
+        while True:
+            await self.look()
+            await asyncio.sleep(EVERY_S)

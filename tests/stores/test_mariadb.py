@@ -1,0 +1,640 @@
+"""What only the MariaDB/MySQL store does: its URL, its tables made and checked, its sentences,
+its bounds, push_in on the caller's asyncmy or PyMySQL transaction, unique and claims under real
+concurrency (processes, stores, forks, loops), wake-ups between processes on one host, and the
+server's clock. The contract itself runs on MariaDB in test_contract.py and the other tests that
+take `store` (with NILO_TEST_MARIADB=1)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nilo_job as job
+from nilo_job.store.contract import HeldBack, NewRow
+from tests.helpers import ROOT
+
+asyncmy = pytest.importorskip("asyncmy")
+
+from nilo_job.store._target import shown  # noqa: E402
+from nilo_job.store.mysql.connections import Server, server_of  # noqa: E402
+
+ran: list[int] = []
+
+
+@dataclasses.dataclass
+class Welcome:
+    nilo_job = "welcome"
+    retry = job.Retry.NONE
+
+    user_id: int
+
+    def run(self) -> None:
+        ran.append(self.user_id)
+
+
+@contextlib.asynccontextmanager
+async def side(url: str, *, autocommit: bool = True) -> AsyncIterator[Any]:
+    """A connection of the test's own to the database at `url`."""
+    server = server_of(url)
+    conn = await asyncmy.connect(
+        host=server.host, port=server.port, user=server.user, password=server.password,
+        database=server.database, autocommit=autocommit,
+    )  # fmt: skip
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+async def sql(url: str, statement: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    """`statement` on a connection of its own; the rows it answers."""
+    async with side(url) as conn, conn.cursor() as cur:
+        await cur.execute(statement, params)
+        return list(await cur.fetchall())
+
+
+TABLES = [
+    "nilo_jobs", "nilo_jobs_attempts", "nilo_jobs_deaths", "nilo_jobs_done", "nilo_jobs_paused",
+    "nilo_jobs_version", "nilo_jobs_workers",
+]  # fmt: skip
+
+
+async def drop_tables(url: str) -> None:
+    await sql(url, f"DROP TABLE IF EXISTS {', '.join(TABLES)}")
+
+
+@pytest.fixture
+async def jobs(mariadb_url: str) -> AsyncIterator[job.Jobs]:
+    ran.clear()
+    table = job.Table(mariadb_url)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+    yield queue
+    await table.close()
+
+
+async def user_ids(url: str) -> list[int]:
+    """The user ids of the pushed rows, by id."""
+    rows = await sql(url, "SELECT payload FROM nilo_jobs ORDER BY id")
+    return [int(re.findall(r"\d+", row[0])[0]) for row in rows]
+
+
+# ------------------------------------------------------------------------- the URL
+
+
+def test_a_url_gives_its_user_password_port_database_and_options() -> None:
+    url = "mysql://app:p%40ss%2Fw@db.example:3307/shop?connect_timeout=2.5"
+    assert server_of(url) == Server("MySQL", "db.example", 3307, "app", "p@ss/w", "shop", 2.5)
+    assert server_of("mariadb://db/app?unix_socket=/sockets/mysqld.sock") == Server(
+        "MariaDB", "db", 3306, "", "", "app", 10.0, "/sockets/mysqld.sock"
+    )
+    assert repr(job.Table(url)) == "job.Table('mysql://db.example:3307/shop')"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (
+            "mysql://app:Se1cret@db/",
+            "job.Table('mysql://app@db/') names no database: write "
+            "'mysql://user:password@host:3306/database'",
+        ),
+        (
+            "mariadb://app:Se1cret@db/shop?ssl=1",
+            "job.Table('mariadb://app@db/shop?ssl=1'): 'ssl' is not an option a MariaDB/MySQL URL "
+            "takes here; it takes connect_timeout, unix_socket",
+        ),
+        (
+            "mysql://app:Se1cret@db/shop?connect_timeout=0",
+            "job.Table('mysql://app@db/shop?connect_timeout=0'): connect_timeout is seconds, "
+            "more than 0 and at most 3600",
+        ),
+        (
+            "mysql://app:Se1cret@db:99999/shop",
+            "job.Table('mysql://app@db:99999/shop') is not a URL MariaDB/MySQL can use: Port out "
+            "of range 0-65535",
+        ),
+    ],
+    ids=["no database", "unknown option", "no timeout", "no port"],
+)
+def test_a_url_the_store_cannot_use_is_refused_in_a_sentence_without_its_password(
+    url: str, said: str
+) -> None:
+    with pytest.raises(job.Refusal) as refused:
+        job.Table(url)
+    assert str(refused.value) == said
+    assert "Se1cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ({"answer_ms": 99}, "job.Table(..., answer_ms=99) is below 100"),
+        ({"max_size": 0}, "job.Table(..., max_size=0) is below 1"),
+    ],
+    ids=["answer_ms", "max_size"],
+)
+def test_an_option_out_of_its_range_is_refused(option: dict[str, int], said: str) -> None:
+    with pytest.raises(job.Refusal, match=re.escape(said)):
+        job.Table("mysql://db/shop", **option)
+
+
+# ------------------------------------------------------------------------- the tables
+
+
+async def test_create_missing_makes_every_table_at_this_version(mariadb_url: str) -> None:
+    await drop_tables(mariadb_url)
+    table = job.Table(mariadb_url)
+    try:
+        with pytest.raises(job.StoreUnavailable) as missing:
+            await table.check()
+        assert str(missing.value) == (
+            f"there is no nilo_jobs table in MariaDB at {server_of(mariadb_url).where}: create "
+            f"it with `nilo-job migrate {shown(mariadb_url)}` (or await table.create_missing())"
+        )
+        await table.create_missing()
+        await table.create_missing()  # idempotent
+        await table.check()
+        assert await table.stats() == (0, 0, 0)
+    finally:
+        await table.close()
+    found = await sql(
+        mariadb_url,
+        "SELECT table_name, table_collation FROM information_schema.tables "
+        "WHERE table_schema = DATABASE() AND table_name <> 'nilo_jobs_version' ORDER BY 1",
+    )
+    assert found == [(name, "utf8mb4_nopad_bin") for name in TABLES if name != "nilo_jobs_version"]
+    assert await sql(mariadb_url, "SELECT version, compatible_from FROM nilo_jobs_version") == [
+        (7, 1)
+    ]
+
+
+async def test_three_migrations_at_once_record_one_version(mariadb_url: str) -> None:
+    await drop_tables(mariadb_url)
+    tables = [job.Table(mariadb_url) for _ in range(3)]
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(table.create_missing() for table in tables))
+        await tables[0].check()
+    finally:
+        for table in tables:
+            await table.close()
+    assert await sql(mariadb_url, "SELECT version, compatible_from FROM nilo_jobs_version") == [
+        (7, 1)
+    ]
+
+
+async def test_check_names_a_table_beside_it_that_is_missing(mariadb_url: str) -> None:
+    await sql(mariadb_url, "DROP TABLE nilo_jobs_attempts")
+    table = job.Table(mariadb_url)
+    try:
+        with pytest.raises(job.StoreUnavailable, match="lacks nilo_jobs_attempts, a table beside"):
+            await table.check()
+        await table.create_missing()
+        await table.check()
+    finally:
+        await table.close()
+
+
+async def test_check_of_a_table_that_is_not_nilo_jobs_names_what_it_lacks(mariadb_url: str) -> None:
+    await drop_tables(mariadb_url)
+    await sql(mariadb_url, "CREATE TABLE nilo_jobs (id bigint PRIMARY KEY, name text)")
+    table = job.Table(mariadb_url)
+    try:
+        with pytest.raises(job.StoreUnavailable) as refused:
+            await table.check()
+        assert str(refused.value).endswith(
+            "is not nilo-job's: it lacks attempts, detail, died_at, error, kind, lease_until, "
+            "payload, run_at, state, unique_key"
+        )
+    finally:
+        await table.close()
+
+
+async def test_a_table_of_a_newer_nilo_job_is_refused_and_left_as_it_is(mariadb_url: str) -> None:
+    await sql(mariadb_url, "UPDATE nilo_jobs_version SET version = 9, compatible_from = 8")
+    table = job.Table(mariadb_url)
+    try:
+        for call in (table.check, table.create_missing):
+            with pytest.raises(job.StoreUnavailable, match="is at version 9, from a newer"):
+                await call()
+    finally:
+        await table.close()
+    assert await sql(mariadb_url, "SELECT version, compatible_from FROM nilo_jobs_version") == [
+        (9, 8)
+    ]
+
+
+async def test_the_ddl_is_offered_as_text(mariadb_url: str) -> None:
+    table = job.Table(mariadb_url)
+    assert "CREATE TABLE IF NOT EXISTS nilo_jobs" in table.ddl  # type: ignore[attr-defined]
+    await table.close()
+
+
+# ------------------------------------------------------------------------- sentences, bounds
+
+
+async def test_the_server_is_named_in_what_it_refuses(mariadb_server: str) -> None:
+    server = server_of(f"{mariadb_server}/mysql")
+    at = f"{server.host}:{server.port}"
+    cases = {
+        f"{mariadb_server}/nilo_nowhere": (
+            f"MariaDB at {at} has no database 'nilo_nowhere': create it (CREATE DATABASE "
+            f"nilo_nowhere), then `nilo-job migrate {shown(mariadb_server)}/nilo_nowhere`"
+        ),
+        f"mariadb://{server.user}:Wr0ngPass@{at}/mysql": (
+            f"MariaDB at {at}/mysql refused the login of user {server.user!r}: check the user, "
+            "its password and its grants"
+        ),
+        "mariadb://root@127.0.0.1:1/shop?connect_timeout=2": "cannot reach MariaDB at "
+        "127.0.0.1:1/shop: ",
+    }
+    for url, said in cases.items():
+        table = job.Table(url)
+        try:
+            with pytest.raises(job.StoreUnavailable) as refused:
+                await table.ping()
+            assert str(refused.value).startswith(said), str(refused.value)
+            assert "Wr0ngPass" not in str(refused.value)
+            assert await job.Jobs(kinds=[Welcome], store=table).ready() is False
+        finally:
+            await table.close()
+
+
+async def test_a_call_not_answered_within_answer_ms_is_a_store_error_naming_it(
+    mariadb_url: str,
+) -> None:
+    table = job.Table(mariadb_url, answer_ms=300)
+    try:
+        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
+        assert row is not None
+        async with side(mariadb_url, autocommit=False) as holder, holder.cursor() as cur:
+            await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+            with pytest.raises(job.StoreUnavailable) as late:
+                await table.cancel(row)  # waits for the row's lock
+            assert str(late.value) == (
+                f"MariaDB at {table.server.where} did not answer a cancel within "  # type: ignore[attr-defined]
+                "0.3 s; its connection was closed"
+            )
+            await holder.rollback()
+        await table.cancel(row)  # on a new connection: the store works again
+        assert await table.row(row) is None  # cancelled by this call, or by the first (the
+        # server may finish a statement it was sent, once its lock is free)
+    finally:
+        await table.close()
+
+
+# ------------------------------------------------------------------------------ push_in
+
+
+@pytest.fixture
+async def users(mariadb_url: str) -> str:
+    await sql(mariadb_url, "CREATE TABLE users (id bigint PRIMARY KEY)")
+    return mariadb_url
+
+
+async def test_push_in_on_an_asyncmy_connection_commits_or_rolls_back_with_it(
+    jobs: job.Jobs, users: str
+) -> None:
+    async with side(users) as conn, conn.cursor() as cur:
+        await conn.begin()
+        await cur.execute("INSERT INTO users (id) VALUES (1)")
+        assert await jobs.push_in(conn, Welcome(1)) is not None
+        await conn.commit()
+        await conn.begin()
+        await jobs.push_in(conn, Welcome(2))
+        with pytest.raises(asyncmy.errors.IntegrityError):
+            await cur.execute("INSERT INTO users (id) VALUES (1)")
+        await conn.rollback()
+    assert await jobs.stats() == (1, 0, 0)
+    assert await jobs.drain() == 1
+    assert ran == [1]
+
+
+async def test_push_in_on_a_pymysql_connection(jobs: job.Jobs, users: str) -> None:
+    pymysql = pytest.importorskip("pymysql")
+    server = server_of(users)
+    conn = pymysql.connect(
+        host=server.host, port=server.port, user=server.user, password=server.password,
+        database=server.database, autocommit=False,
+    )  # fmt: skip
+    with contextlib.closing(conn):
+        with conn.cursor() as cur:  # not autocommit: the INSERT opens the transaction
+            cur.execute("INSERT INTO users (id) VALUES (1)")
+        await asyncio.to_thread(jobs.sync.push_in, conn, Welcome(1))
+        conn.rollback()
+        assert await jobs.stats() == (0, 0, 0)
+        await asyncio.to_thread(jobs.sync.push_in, conn, Welcome(2), unique="k")
+        assert await asyncio.to_thread(jobs.sync.push_in, conn, Welcome(3), unique="k") is None
+        conn.commit()
+    assert await jobs.drain() == 1
+    assert ran == [2]
+
+
+async def test_push_in_refuses_an_autocommit_connection_outside_a_transaction(
+    jobs: job.Jobs, mariadb_url: str
+) -> None:
+    async with side(mariadb_url) as conn:
+        with pytest.raises(job.Refusal, match=re.escape("`await conn.begin()` first")):
+            await jobs.push_in(conn, Welcome(1))
+    with pytest.raises(job.Refusal) as refused:
+        await jobs.push_in(object(), Welcome(1))
+    for accepted in ("asyncmy Connection", "PyMySQL", "mysqlclient", "Django's connection"):
+        assert accepted in str(refused.value)
+    assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_a_key_pushed_in_a_rolled_back_transaction_is_free_for_the_next_push(
+    jobs: job.Jobs, mariadb_url: str
+) -> None:
+    async with side(mariadb_url, autocommit=False) as conn:
+        assert await jobs.push_in(conn, Welcome(1), unique="k") is not None
+        await conn.rollback()
+    assert await jobs.push(Welcome(1), unique="k") is not None
+    assert await jobs.push(Welcome(1), unique="k") is None
+
+
+# -------------------------------------------------------------------------- connections
+
+
+async def test_pushes_recover_by_themselves_after_the_server_cuts_the_connections(
+    jobs: job.Jobs, mariadb_url: str
+) -> None:
+    assert await jobs.push(Welcome(1)) is not None
+    async with side(mariadb_url) as admin, admin.cursor() as cur:
+        await cur.execute(
+            "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
+            "AND id <> CONNECTION_ID()"
+        )
+        for (thread,) in await cur.fetchall():
+            await cur.execute(f"KILL CONNECTION {int(thread)}")
+    written = [1]
+    for user_id in range(2, 6):
+        try:
+            await jobs.push(Welcome(user_id))
+        except job.StoreUnavailable:
+            continue  # a push on a cut connection fails with a store error and writes nothing
+        written.append(user_id)
+    assert written[-3:] == [3, 4, 5]  # the store needed one failure at most to notice the cut
+    assert await user_ids(mariadb_url) == written
+
+
+async def test_a_push_cancelled_while_its_insert_waits_leaves_the_next_push_working(
+    jobs: job.Jobs, mariadb_url: str
+) -> None:
+    assert await jobs.push(Welcome(1)) is not None
+    async with side(mariadb_url) as blocker, blocker.cursor() as cur:
+        await cur.execute("LOCK TABLES nilo_jobs WRITE")
+        stuck = asyncio.create_task(jobs.push(Welcome(2)))
+        await asyncio.sleep(0.3)  # real concurrency: the INSERT waits on the lock
+        assert not stuck.done()
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        await cur.execute("UNLOCK TABLES")
+    async with asyncio.timeout(10):
+        assert await jobs.push(Welcome(3)) is not None
+    assert await user_ids(mariadb_url) in ([1, 3], [1, 2, 3])  # the server may finish it
+
+
+def test_pushes_from_the_sync_face_and_then_from_an_application_loop(mariadb_url: str) -> None:
+    queue = job.Jobs(kinds=[Welcome], store=job.Table(mariadb_url))
+    assert queue.sync.push(Welcome(1)) is not None  # the store opens on the sync face's loop
+
+    async def app() -> list[int | None]:
+        async with asyncio.timeout(10):
+            return [await queue.push(Welcome(2)), await queue.push(Welcome(3))]
+
+    assert None not in asyncio.run(app())  # that loop is closed with a connection of its own
+    queue.sync.close()  # which this closes too, with the sync face's
+    assert asyncio.run(user_ids(mariadb_url)) == [1, 2, 3]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_processes_forked_after_pushes_each_push_on_connections_of_their_own(
+    mariadb_url: str,
+) -> None:
+    """A pre-forking server: the parent pushes once at start (its loop then closed), then forks
+    workers that push. Each child must get its own connection, and its own row's id."""
+    table = job.Table(mariadb_url)
+    queue = job.Jobs(kinds=[Welcome], store=table)
+    asyncio.run(queue.push(Welcome(0)))
+    go_read, go_write = os.pipe()  # the children push at once, when the parent says go
+    children: dict[int, int] = {}  # pid -> the read end of its pipe
+    for user_id in range(101, 107):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: push once, say the id it was given
+            os.close(read_end)
+            code = 1
+            try:
+                os.read(go_read, 1)
+                answer = asyncio.run(asyncio.wait_for(queue.push(Welcome(user_id)), 20))
+                os.write(write_end, f"{user_id} {answer}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        children[pid] = read_end
+    os.write(go_write, b"g" * len(children))
+    answers: dict[int, int] = {}
+    for pid, read_end in children.items():
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read_end) as said:
+            text = said.read()
+        assert os.WIFEXITED(status), text
+        assert os.WEXITSTATUS(status) == 0, text
+        user_id, row_id = text.split()
+        answers[int(row_id)] = int(user_id)
+    os.close(go_read)
+    os.close(go_write)
+    rows = asyncio.run(sql(mariadb_url, "SELECT id, payload FROM nilo_jobs WHERE id > 1"))
+    assert {row_id: int(re.findall(r"\d+", payload)[0]) for row_id, payload in rows} == answers
+    asyncio.run(table.close())  # the parent's connection, of a closed loop: closed all the same
+
+
+def test_ten_processes_pushing_one_key_at_once_make_one_row(
+    mariadb_url: str, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    script = (
+        "import asyncio, os, sys, time\n"
+        "import nilo_job as job\n"
+        "from tests.stores.test_mariadb import Welcome\n"
+        "async def main():\n"
+        "    jobs = job.Jobs(kinds=[Welcome], store=job.Table(sys.argv[1]))\n"
+        "    await jobs.store.open()\n"
+        "    while not os.path.exists(sys.argv[2]):\n"
+        "        time.sleep(0.001)\n"
+        "    print(await jobs.push(Welcome(1), unique='only-one'))\n"
+        "    await jobs.store.close()\n"
+        "asyncio.run(main())\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, mariadb_url, str(go)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(10)
+    ]
+    go.touch()
+    answers = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        answers.append(out.strip())
+    assert answers.count("None") == 9
+    rows = asyncio.run(sql(mariadb_url, "SELECT kind, unique_key FROM nilo_jobs"))
+    assert rows == [("welcome", "only-one")]
+
+
+# ---------------------------------------------------------------- claims at once, for real
+
+
+async def test_claims_at_once_from_two_stores_never_take_one_row_twice(mariadb_url: str) -> None:
+    stores = [job.Table(mariadb_url), job.Table(mariadb_url)]
+    try:
+        pushed = await stores[0].push([NewRow("a", b"{}", 0) for _ in range(300)])
+        taken: list[int] = []
+
+        async def claimer(store: job.Store) -> None:
+            while rows := await store.claim(["a"], 1, 1_000_000, 7):
+                taken.extend(row.id for row in rows)
+
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(claimer(stores[n % 2]) for n in range(6)))
+        assert sorted(taken) == pushed
+        assert await stores[1].stats() == (0, 300, 0)
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_limited_kind_is_claimed_within_its_limit_by_claims_at_once(
+    mariadb_url: str,
+) -> None:
+    stores = [job.Table(mariadb_url), job.Table(mariadb_url)]
+    try:
+        await stores[0].push([NewRow(kind, b"{}", 0) for kind in ("a", "b") for _ in range(20)])
+
+        async def claim(store: job.Store) -> list[str]:
+            rows = await store.claim(["a", "b"], 1, 1_000_000, 5, limits={"a": 3})
+            return [row.kind for row in rows]
+
+        async with asyncio.timeout(30):
+            kinds = await asyncio.gather(*(claim(stores[n % 2]) for n in range(8)))
+        assert sum(found.count("a") for found in kinds) == 3  # never more, however they meet
+        assert sum(len(found) for found in kinds) == 23
+    finally:
+        for store in stores:
+            await store.close()
+
+
+# ------------------------------------------------------------ wake-ups, the clock, payloads
+
+
+async def test_a_push_in_another_process_on_this_host_wakes_a_store_that_watches_at_once(
+    mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = (
+        "import asyncio, sys\n"
+        "import nilo_job as job\n"
+        "from nilo_job.store.contract import NewRow\n"
+        "async def main():\n"
+        "    table = job.Table(sys.argv[1])\n"
+        "    await table.push([NewRow('a', b'{}', 123_456_789)])\n"
+        "    table.wake_others()  # as after a push_in\n"
+        "    await table.close()\n"
+        "asyncio.run(main())\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="nw") as runtime:  # short: a socket's path is
+        monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+        watcher = job.Table(mariadb_url)
+        heard: asyncio.Queue[int | None] = asyncio.Queue()
+        watching = asyncio.create_task(watcher.watch(heard.put_nowait))
+        try:
+            async with asyncio.timeout(20):
+                assert await heard.get() is None  # as its socket is bound: a claim at once
+                assert await heard.get() is None  # and again a moment later
+                pusher = await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", script, mariadb_url, cwd=ROOT,
+                    stderr=subprocess.PIPE,
+                )  # fmt: skip
+                _, err = await pusher.communicate()
+                assert pusher.returncode == 0, err
+                assert [await heard.get(), await heard.get()] == [123_456_789, None]
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+            await watcher.close()
+
+
+async def test_serve_follows_the_database_clock(mariadb_url: str) -> None:
+    table = job.Table(mariadb_url)
+    jobs = job.Jobs(kinds=[Welcome], store=table)
+    database_now = await table.now_us()
+    assert database_now is not None
+    assert abs(database_now - job.now_us()) < 5_000_000
+    await jobs._parts.clock.follow(jobs.store.now_us)
+    assert abs(jobs._parts.clock.now() - job.now_us()) < 1_000_000
+    await table.close()
+
+
+async def test_a_payload_of_a_mebibyte_comes_back_whole(mariadb_url: str) -> None:
+    table = job.Table(mariadb_url)
+    payload = b'{"s":"' + "é".encode() * 524_284 + b'"}'
+    assert len(payload) == table.max_payload == 1_048_576  # type: ignore[attr-defined]
+    try:
+        (row,) = await table.push([NewRow("a", payload, 0)])
+        (claimed,) = await table.claim(["a"], 1, 1_000_000, 1)
+        assert (claimed.id, claimed.payload) == (row, payload)
+    finally:
+        await table.close()
+
+
+async def test_a_transaction_held_open_is_named_as_what_holds_back_the_cleanup(
+    mariadb_url: str,
+) -> None:
+    table = job.Table(mariadb_url)
+    try:
+        assert await table.held_back() is None
+        async with side(mariadb_url) as report, report.cursor() as cur:
+            await cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            await cur.execute("SELECT count(*) FROM nilo_jobs")
+            await cur.fetchall()
+            await cur.execute("SELECT CONNECTION_ID()")
+            (thread,) = await cur.fetchone()
+            held = await seen(table, lambda hold: hold is not None)
+            assert held is not None
+            assert (held.pid, held.state, held.user, held.application, held.wal_bytes) == (
+                thread, "idle in transaction", server_of(mariadb_url).user, None, None,
+            )  # fmt: skip
+            assert 0 <= held.age_s < 5
+            await report.commit()
+        assert await seen(table, lambda hold: hold is None) is None
+    finally:
+        await table.close()
+
+
+async def seen(table: job.Store, wanted: Callable[[HeldBack | None], bool]) -> HeldBack | None:
+    """What `table.held_back()` answers once it is `wanted`: InnoDB refreshes what it shows of
+    its transactions only once nobody has read it for 100 ms, so a look soon after another
+    answers what that one saw. (Serve looks every 15 s.)"""
+    async with asyncio.timeout(5):
+        while not wanted(found := await table.held_back()):  # noqa: ASYNC110 (no event to wait)
+            await asyncio.sleep(0.15)
+    return found
