@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
-from nilo_job.store.sqlite.wake import Signals, folder_of
+from nilo_job.store._wake import Signals, folder_of
 from tests.helpers import workers
 
 LONG_POLL_MS = 600_000  # a row that starts within a tenth of it was woken, not polled
@@ -208,7 +208,7 @@ async def test_push_in_then_wake_reaches_a_worker_in_another_process(
 async def test_a_worker_that_binds_after_a_push_found_no_folder_claims_twice(
     tmp_path: Path,
 ) -> None:
-    from nilo_job.store.sqlite.wake import MISSING_S, listen
+    from nilo_job.store._wake import MISSING_S, listen
 
     db = str(tmp_path / "q.db")
     folder = folder_of(db)

@@ -11,8 +11,8 @@ the kind holds is the server's duplicate-key error, which undoes that one INSERT
 else of its transaction.
 
 Neither database has NOTIFY: another host's push is found at the poll (`poll_ms`). Processes on
-one host wake each other at once with a datagram (as on SQLite: `wake`), through a folder of
-this user's (`wake_folder`).
+one host wake each other at once with a datagram (`store/_wake.py`, as on SQLite), through a
+folder of this user's (`wake_folder`).
 
 This module holds what each call sends and what it answers; the statements and their
 parameters are in `statements` (and `queries.sql`), the connections in `connections`.
@@ -52,6 +52,7 @@ from .._sql import (
     worker_entry,
 )
 from .._target import shown
+from .._wake import Signals, listen
 from ..contract import (
     LISTED_CHARS,
     MAX_PAYLOAD,
@@ -69,7 +70,6 @@ from ..contract import (
     check_state,
     limited,
 )
-from ..sqlite.wake import Signals, listen
 from .connections import Connections, code_of, is_dup, server_of
 from .statements import (
     SQL,

@@ -45,6 +45,7 @@ from .._sql import (
     worker_entry,
 )
 from .._target import shown
+from .._wake import Signals, folder_of, listen
 from ..contract import (
     LISTED_CHARS,
     MAX_PAYLOAD,
@@ -63,7 +64,6 @@ from ..contract import (
     limited,
 )
 from .connections import Connections, missing_table
-from .wake import Signals, folder_of, listen
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
-"""Wake-ups between processes on one SQLite file: a datagram to each serving process.
+"""Wake-ups between processes of one host for a store without NOTIFY (SQLite, and MySQL or
+MariaDB between processes of one host): a datagram to each serving process.
 
 SQLite has no NOTIFY, so a row pushed by a web process would wait for a worker process's next
 poll. Instead, every serving process keeps a Unix datagram socket in a folder beside the
