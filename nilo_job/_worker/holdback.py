@@ -46,8 +46,8 @@ def described(hold: HeldBack, where: str) -> str:
     who = ", ".join(
         part
         for part in (
-            f"pid {hold.pid}",
-            None if hold.user is None else f"role {hold.user}",
+            f"session {hold.pid}",
+            None if hold.user is None else f"user {hold.user}",
             f"application {hold.application}" if hold.application else None,
             hold.state,
         )
@@ -58,12 +58,18 @@ def described(hold: HeldBack, where: str) -> str:
         f"{duration(hold.age_s * 1_000)}: {who}"
     )
     if hold.query:
-        said += f", its last statement: {' '.join(hold.query.split())[:120]}"
+        said += f", its last statement: {statement(hold.query)}"
+    end_it = "" if hold.end_it is None else f", or {hold.end_it}"
     return (
         f"{said}. Rows deleted or updated since it began cannot be removed, so the tables and "
-        "their indexes grow and claims slow down; end it (COMMIT or ROLLBACK in that session, "
-        f"or SELECT pg_terminate_backend({hold.pid}))"
+        "their indexes grow and claims slow down; end it (COMMIT or ROLLBACK in that session"
+        f"{end_it})"
     )
+
+
+def statement(query: str) -> str:
+    """The start of a statement on one line, without its closing semicolon."""
+    return " ".join(query.split())[:120].rstrip(";").rstrip()
 
 
 class HoldWatch:
@@ -101,7 +107,7 @@ class HoldWatch:
         now = time.monotonic()
         if self.said is not None and (hold is None or hold.pid != self.said.pid):
             pid = self.said.pid
-            what = "read transaction" if pid is None else f"transaction (pid {pid})"
+            what = "read transaction" if pid is None else f"transaction (session {pid})"
             log.info("the %s that held back the cleanup of %s has ended", what, self.where)
             self.said = None
         if hold is None or hold.age_s < self.after_s:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .._text import duration
 from .._types import Flow, Row
 from .._worker.beat import is_alive
-from .._worker.holdback import AFTER_S
+from .._worker.holdback import AFTER_S, statement
 from ..store.contract import HeldBack, WorkerEntry
 from ._chart import bar_chart
 from ._render import Chrome, button, esc, href, scroll_box, when
@@ -106,9 +106,9 @@ def _held(chrome: Chrome, held: HeldBack | None) -> str:
         state = f", {held.state}" if held.state else ""
         query = ""
         if chrome.payloads and held.query:
-            query = f" Its last statement: {' '.join(held.query.split())[:120]}."
+            query = f" Its last statement: {statement(held.query)}."
         said = (
-            f"A transaction (pid {held.pid}{state}) has held back the cleanup of the queue's "
+            f"A transaction (session {held.pid}{state}) has held back the cleanup of the queue's "
             f"tables for {took}: rows deleted since it began cannot be removed, so the tables "
             f"grow and claims slow down until it ends.{query}"
         )

@@ -332,10 +332,13 @@ class HeldBack:
 
     On PostgreSQL, the oldest transaction of another session of the database that holds a
     snapshot (`backend_xmin`): while it lasts, no row deleted or updated since it began can be
-    removed from `nilo_jobs` or its indexes. `pid` is its backend's process id, `age_s` how long
-    its transaction has lasted (s), `state` its state ("idle in transaction", "active", …),
-    `query` the start of its last statement, `user` and `application` its role and
-    application_name (None where the role reading it may not see them).
+    removed from `nilo_jobs` or its indexes. On MySQL and MariaDB, the oldest transaction of
+    another session whose read view holds back InnoDB's purge. `pid` is its session's id on the
+    server (PostgreSQL's backend process id, MySQL's connection id), `age_s` how long its
+    transaction has lasted (s), `state` its state ("idle in transaction", "active", …), `query`
+    the start of its last statement, `user` and `application` its user and application name
+    (None where the store's own user may not see them), `end_it` the statement that ends it
+    from another session (`SELECT pg_terminate_backend(…)`, `KILL …`).
 
     On SQLite, a reader whose open transaction keeps a checkpoint from completing: the WAL can
     neither be copied back nor restarted, and grows with every write. `pid`, `state`, `query`,
@@ -351,6 +354,7 @@ class HeldBack:
     user: str | None = None
     application: str | None = None
     wal_bytes: int | None = None
+    end_it: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ async def test_a_transaction_held_open_on_postgresql_is_named_said_counted_and_s
         assert await table.held_back() is None
         with psycopg.connect(pg_url, application_name="monthly-report") as report:
             report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            report.execute("SELECT count(*) FROM nilo_jobs").fetchone()
+            report.execute("SELECT count(*) FROM nilo_jobs;").fetchone()
             pid = report.info.backend_pid
             held = await table.held_back()
             assert held is not None
@@ -61,7 +61,8 @@ async def test_a_transaction_held_open_on_postgresql_is_named_said_counted_and_s
                 "monthly-report",
                 None,
             )
-            assert held.query == "SELECT count(*) FROM nilo_jobs"
+            assert held.query == "SELECT count(*) FROM nilo_jobs;"
+            assert held.end_it == f"SELECT pg_terminate_backend({pid})"
             assert 0 <= held.age_s < 60
 
             with caplog.at_level(logging.INFO, logger="nilo_job"):
@@ -70,10 +71,10 @@ async def test_a_transaction_held_open_on_postgresql_is_named_said_counted_and_s
             (said,) = [r.getMessage() for r in caplog.records]
             assert re.fullmatch(
                 r"a transaction has held back the cleanup of the queue's tables in the test's "
-                rf"store for \d+ ms: pid {pid}, role postgres, application monthly-report, idle "
-                r"in transaction, its last statement: SELECT count\(\*\) FROM nilo_jobs\. Rows "
-                r"deleted or updated since it began cannot be removed, so the tables and their "
-                r"indexes grow and claims slow down; end it \(COMMIT or ROLLBACK in that "
+                rf"store for \d+ ms: session {pid}, user postgres, application monthly-report, "
+                r"idle in transaction, its last statement: SELECT count\(\*\) FROM nilo_jobs\. "
+                r"Rows deleted or updated since it began cannot be removed, so the tables and "
+                r"their indexes grow and claims slow down; end it \(COMMIT or ROLLBACK in that "
                 rf"session, or SELECT pg_terminate_backend\({pid}\)\)",
                 said,
             ), said
@@ -86,7 +87,7 @@ async def test_a_transaction_held_open_on_postgresql_is_named_said_counted_and_s
             monkeypatch.setattr("nilo_job.dashboard._index.AFTER_S", 0.0)
             async with client(dashboard_app(jobs)) as http:
                 page = (await http.get("/")).text
-            assert f"A transaction (pid {pid}, idle in transaction) has held back" in page
+            assert f"A transaction (session {pid}, idle in transaction) has held back" in page
             assert "SELECT count" not in page  # statements are shown only with payloads=True
             report.rollback()
 
@@ -96,7 +97,7 @@ async def test_a_transaction_held_open_on_postgresql_is_named_said_counted_and_s
         assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
             (
                 logging.INFO,
-                f"the transaction (pid {pid}) that held back the cleanup of the test's store "
+                f"the transaction (session {pid}) that held back the cleanup of the test's store "
                 "has ended",
             )
         ]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import nilo_job as job
+from nilo_job._worker.holdback import described
 from nilo_job.store.contract import HeldBack, NewRow
 from tests.helpers import ROOT
 
@@ -624,6 +625,10 @@ async def test_a_transaction_held_open_is_named_as_what_holds_back_the_cleanup(
                 thread, "idle in transaction", server_of(mariadb_url).user, None, None,
             )  # fmt: skip
             assert 0 <= held.age_s < 5
+            assert held.end_it == f"KILL {thread}"
+            assert described(held, "the table").endswith(
+                f"end it (COMMIT or ROLLBACK in that session, or KILL {thread})"
+            )
             await report.commit()
         assert await seen(table, lambda hold: hold is None) is None
     finally:

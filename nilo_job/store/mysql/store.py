@@ -732,7 +732,12 @@ class MysqlTable:
             return None
         thread, age_s, state, query, user = found
         return HeldBack(
-            age_s=max(0.0, float(age_s)), pid=int(thread), state=state, query=query, user=user
+            age_s=max(0.0, float(age_s)),
+            pid=int(thread),
+            state=state,
+            query=query,
+            user=user,
+            end_it=f"KILL {int(thread)}",
         )
 
 

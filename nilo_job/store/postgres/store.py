@@ -653,6 +653,7 @@ class PostgresTable:
             query=query,
             user=user,
             application=application,
+            end_it=f"SELECT pg_terminate_backend({int(pid)})",
         )
 
 
