@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 import nilo_job as job
 from tests.helpers import ROOT
+from tests.helpers.forks import pushed_from_forks
 from tests.helpers.serving import listeners, listening, until
 
 ran: list[int] = []
@@ -299,33 +300,7 @@ def test_processes_forked_after_pushes_each_push_on_connections_of_their_own(
         await queue.push(Welcome(0))
 
     asyncio.run(parent_push())
-    go_read, go_write = os.pipe()  # the children push at once, when the parent says go
-    children: dict[int, int] = {}  # pid -> the read end of its pipe
-    for user_id in range(101, 107):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: push once, say the id it was given
-            os.close(read_end)
-            code = 1
-            try:
-                os.read(go_read, 1)
-                answer = asyncio.run(asyncio.wait_for(queue.push(Welcome(user_id)), 20))
-                os.write(write_end, f"{user_id} {answer}".encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write_end)
-        children[pid] = read_end
-    os.write(go_write, b"g" * len(children))
-    answers: dict[int, int] = {}
-    for pid, read_end in children.items():
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(read_end) as said:
-            text = said.read()
-        assert os.WIFEXITED(status), text
-        assert os.WEXITSTATUS(status) == 0, text
-        user_id, row_id = text.split()
-        answers[int(row_id)] = int(user_id)
+    answers = pushed_from_forks(queue, Welcome, range(101, 107))
     with psycopg.connect(pg_url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT id, (payload->>'user_id')::int FROM nilo_jobs WHERE id = ANY(%s)",
