@@ -118,7 +118,9 @@ class HoldWatch:
         return hold
 
     async def run(self) -> None:
-        """Look every `EVERY_S` for as long as serve runs (until cancelled)."""
+        """Look every `EVERY_S` for as long as serve runs (until cancelled), the first time
+        `EVERY_S` after serve starts: a hold is said only once it has lasted `AFTER_S`, and a
+        serve stopped at once never has a look of this in flight."""
         while True:
-            await self.look()
             await asyncio.sleep(EVERY_S)
+            await self.look()

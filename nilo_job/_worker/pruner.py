@@ -3,9 +3,8 @@
 Every process that serves prunes (the batches are one statement each, so several processes
 pruning at once only share the work). A batch deletes at most `BATCH` rows, oldest first; after a
 full batch the pruner rests for `REST` times as long as the batch took, so it holds the table
-a small part of the time and a claim seldom waits behind it. Once nothing is left to prune it
-looks again after
-`EVERY_S`.
+a small part of the time and a claim seldom waits behind it. Its first look is `EVERY_S` after
+serve starts, and once nothing is left to prune it looks again after `EVERY_S`.
 
 That pace prunes a few thousand rows a second. A queue that finishes more than that for longer
 than `BEHIND_S` falls behind its retention; the pruner then rests only `REST_BEHIND` times a
@@ -70,6 +69,7 @@ class Pruner:
         """Prune for as long as serve runs (until cancelled); a failure is logged and tried
         again at the next look."""
         full_since: float | None = None  # when the run of full batches began
+        await asyncio.sleep(EVERY_S)  # (its first look: a serve stopped at once prunes nothing)
         while True:
             began = time.monotonic()
             try:
