@@ -619,7 +619,10 @@ def _still(rows: int, ending: int) -> str:
     return f"{count_of(rows - ending, 'row')} still running and {ending:,} {whose} being written"
 
 
-AGAIN_S = 0.05  # how long `cancel_and_wait` gives a task before it cancels it once more
+AGAIN_S = 1.0
+"""How long `cancel_and_wait` gives a cancelled task before it cancels it once more: long enough
+for psycopg to cancel a statement in flight on the server (a second cancel while it waits for
+that makes it close the connection and log a WARNING)."""
 
 
 def stop_if_cancelled() -> None:
@@ -631,14 +634,18 @@ def stop_if_cancelled() -> None:
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[None]]) -> None:
-    """Cancel `tasks` and wait until every one has ended, cancelling again each `AGAIN_S`
-    seconds any that carries on; what they raised is not raised here."""
+    """Cancel `tasks` (those not cancelled already) and wait until every one has ended,
+    cancelling again each `AGAIN_S` seconds any that carries on (a library in between swallowed
+    the cancel); what they raised is not raised here."""
     tasks = list(tasks)
     pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        if not task.cancelling():
+            task.cancel()
     while pending:
+        _done, pending = await asyncio.wait(pending, timeout=AGAIN_S)
         for task in pending:
             task.cancel()
-        _done, pending = await asyncio.wait(pending, timeout=AGAIN_S)
     for task in tasks:
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: no "exception was never retrieved" at exit

@@ -815,6 +815,39 @@ async def test_serve_stops_even_when_a_library_swallows_a_cancel() -> None:
     assert {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} == set()
 
 
+class CancelsOnTheServer(job.Memory):
+    """A store whose watch, when cancelled, first has the server cancel its statement in
+    flight (a moment's round trip), as psycopg does; a second cancel meanwhile interrupts
+    that, and psycopg then closes the connection with a WARNING."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watching = asyncio.Event()
+        self.cancelled_on_server = 0
+        self.interrupted = 0
+
+    async def watch(self, wake: Callable[[int | None], None]) -> None:
+        self.watching.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            try:
+                await asyncio.sleep(0.2)  # the server's answer to the cancel request
+                self.cancelled_on_server += 1
+            except asyncio.CancelledError:
+                self.interrupted += 1
+            raise
+
+
+async def test_serve_cancels_a_helper_once_while_its_statement_is_cancelled() -> None:
+    store = CancelsOnTheServer()
+    jobs = job.Jobs(kinds=[Quick], store=store, poll_ms=10)
+    async with asyncio.timeout(10):
+        async with jobs.serving(grace_ms=100):
+            await store.watching.wait()
+    assert (store.cancelled_on_server, store.interrupted) == (1, 0)
+
+
 async def test_an_outage_of_claims_is_told_in_three_lines(
     store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
