@@ -10,8 +10,8 @@ out, and another worker takes the row, so write `run` to be safe to call twice.
 
 from __future__ import annotations
 
-from ._clock import now_us
-from ._errors import (
+from ._base.clock import now_us
+from ._base.errors import (
     BadPayload,
     JobError,
     LeaseLost,
@@ -21,10 +21,8 @@ from ._errors import (
     StoreUnavailable,
     TimedOut,
 )
-from ._jobs import Jobs
-from ._schedule import Cron, Every, Schedule, cron, every
-from ._spaces import MemorySpace, RedisSpace, Space
-from ._types import (
+from ._base.spaces import MemorySpace, RedisSpace, Space
+from ._base.values import (
     Attempt,
     Dead,
     Exponential,
@@ -44,6 +42,8 @@ from ._types import (
     Tick,
     Where,
 )
+from ._kinds.schedule import Cron, Every, Schedule, cron, every
+from ._queue.jobs import Jobs
 from .store._table import Table
 from .store.contract import Store
 from .store.memory import Memory

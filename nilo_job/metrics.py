@@ -45,7 +45,7 @@ next to nothing.
 One trace from the push to the run: the push records its span's W3C trace context on the row
 (`trace`), and the run's span, in whichever process claims the row, is that span's child on
 the first attempt, and a root linked to it on later attempts. A row without one (a schedule's
-tick, a push outside any span) makes a root (`nilo_job._tracing`).
+tick, a push outside any span) makes a root (`nilo_job._watch.tracing`).
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from . import JobError, Jobs, Refusal
-from ._clock import now_us as wall_us
-from ._observers import Outcome
-from ._tracing import run_context
-from ._types import Tick
+from ._base.clock import now_us as wall_us
+from ._base.values import Tick
+from ._watch.observers import Outcome
+from ._watch.tracing import run_context
 from ._worker.beat import is_alive
 from .store.contract import ROW_STATES, Claimed
 

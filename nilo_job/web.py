@@ -21,9 +21,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
-from ._bounds import MS, whole
-from ._errors import Refusal
-from ._jobs import Jobs
+from ._base.bounds import MS, whole
+from ._base.errors import Refusal
+from ._queue.jobs import Jobs
 
 __all__ = ["lifespan"]
 

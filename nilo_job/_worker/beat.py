@@ -32,9 +32,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata
 from typing import Any
 
-from .._clock import Clock
-from .._process import worker
-from .._text import count_of
+from .._base.clock import Clock
+from .._base.process import worker
+from .._base.text import count_of
 from ..store.contract import Store, WorkerEntry
 
 log = logging.getLogger("nilo_job")

@@ -1,6 +1,6 @@
 """Calling a kind's `run`: its arguments, its timeout, and the thread a sync run gets.
 
-`arguments` answers each parameter of `run` after `self` from what `_kinds` read of it: the tick,
+`arguments` answers each parameter of `run` after `self` from what the kind read of it: the tick,
 the tick's scope (`job.Run`), the queue itself, or a field of `deps`. An async run is awaited
 under `asyncio.timeout`; a sync run gets a daemon thread of its own (so the event loop never
 blocks, and a hung run cannot keep a stopping process alive) and runs in a copy of the caller's
@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import TimedOut
-from .._kinds import Kind
-from .._types import Run, Tick
+from .._base.errors import TimedOut
+from .._base.values import Run, Tick
+from .._kinds.kind import Kind
 
 log = logging.getLogger("nilo_job")
 

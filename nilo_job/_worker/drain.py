@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
-from .._bounds import moment
-from .._kinds import Kind
-from .._process import worker
-from .._text import utc_exact
+from .._base.bounds import moment
+from .._base.process import worker
+from .._base.text import utc_exact
+from .._kinds.kind import Kind
 from ..store.contract import Died, End, Retrying, Snoozed
 from .parts import Parts
 from .pauses import unpaused, with_aliases
@@ -42,7 +42,7 @@ class Drain:
         """`Jobs.run_one_at`: True if a run was called.
 
         Raises:
-            Refusal: `now_us` is not a moment a store can hold (`_bounds.moment`).
+            Refusal: `now_us` is not a moment a store can hold (`_base.bounds.moment`).
             BaseException: with `raises`, what the run raised (see the module's docstring).
         """
         moment(now_us, "run_one_at({})", "now_us")
@@ -75,7 +75,7 @@ class Drain:
         """`Jobs.drain_at`: how many runs were called.
 
         Raises:
-            Refusal: `now_us` is not a moment a store can hold (`_bounds.moment`).
+            Refusal: `now_us` is not a moment a store can hold (`_base.bounds.moment`).
             BaseException: with `raises`, what a run raised (see the module's docstring).
         """
         moment(now_us, "drain_at({})", "now_us")

@@ -29,13 +29,13 @@ from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any
 
-from .._errors import LeaseLost, StoreUnavailable
-from .._group_commit import Grouped
-from .._kinds import Kind
-from .._observers import Observers, Outcome
-from .._spaces import Statuses
-from .._text import count_of, printable
-from .._types import RetryIn, Snooze, State
+from .._base.errors import LeaseLost, StoreUnavailable
+from .._base.group_commit import Grouped
+from .._base.spaces import Statuses
+from .._base.text import count_of, printable
+from .._base.values import RetryIn, Snooze, State
+from .._kinds.kind import Kind
+from .._watch.observers import Observers, Outcome
 from ..store.contract import Claimed, Died, Done, End, Released, Retrying, Snoozed, Store
 from .feed import Bound
 from .outcome import in_ascii, user_traceback

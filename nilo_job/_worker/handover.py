@@ -14,8 +14,8 @@ import asyncio
 import dataclasses
 import functools
 
-from .._group_commit import Grouped
-from .._process import worker
+from .._base.group_commit import Grouped
+from .._base.process import worker
 from ..store.contract import Claimed, NewRow
 from .feed import Feed
 from .parts import Parts

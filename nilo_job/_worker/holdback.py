@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 
-from .._text import duration
+from .._base.text import duration
 from ..store.contract import HeldBack, Store
 
 log = logging.getLogger("nilo_job")

@@ -17,9 +17,9 @@ import traceback as _traceback
 from dataclasses import dataclass
 from types import TracebackType
 
-from .._errors import TimedOut
-from .._kinds import Kind
-from .._types import RetryIn, Snooze
+from .._base.errors import TimedOut
+from .._base.values import RetryIn, Snooze
+from .._kinds.kind import Kind
 from ..store.contract import INT64_MAX, Claimed, Died, Done, End, NewRow, Retrying, Snoozed
 
 NAME_CHARS = 200

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._clock import Clock
-from .._kinds import Kind, answers
-from .._observers import Observers
-from .._spaces import Space, Statuses
+from .._base.clock import Clock
+from .._base.spaces import Space, Statuses
+from .._kinds.kind import Kind, answers
+from .._watch.observers import Observers
 from ..store.contract import Store
 from .ends import Ends
 from .ticks import Ticks

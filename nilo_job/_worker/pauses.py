@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
 
-from .._errors import Refusal
+from .._base.errors import Refusal
 from ..store.contract import Store
 from .wakeups import Wakeups
 

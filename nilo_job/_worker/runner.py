@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from .._errors import BadPayload
-from .._kinds import Kind
-from .._types import State, Tick
+from .._base.errors import BadPayload
+from .._base.values import State, Tick
+from .._kinds.kind import Kind
 from ..store.contract import Claimed, Died, Done, End, NewRow, Released
 from . import outcome
 from .calling import Execution, arguments, call_async, call_in_thread

@@ -25,11 +25,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
-from .._bounds import MS, whole
-from .._clock import now_us
-from .._errors import Refusal
-from .._process import worker
-from .._text import count_of
+from .._base.bounds import MS, whole
+from .._base.clock import now_us
+from .._base.errors import Refusal
+from .._base.process import worker
+from .._base.text import count_of
 from ..store.contract import Claimed
 from .beat import BEAT_MS, Beat
 from .feed import Feed

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._clock import utc_text
-from .._kinds import Kind
-from .._observers import Observers
-from .._types import Missed, Overlap
+from .._base.clock import utc_text
+from .._base.values import Missed, Overlap
+from .._kinds.kind import Kind
+from .._watch.observers import Observers
 from ..store.contract import Claimed, NewRow, Store
 from . import outcome
 from .wakeups import Wakeups

@@ -19,7 +19,7 @@ import contextlib
 import heapq
 import os
 
-from .._clock import Clock
+from .._base.clock import Clock
 from .feed import Feed
 
 _DUE_KNOWN_MOST = 4_096  # later due times kept for a wake-up; past that, the poll finds rows

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from .._text import count_of
-from .._types import Where
+from .._base.text import count_of
+from .._base.values import Where
 from ._read import filter_options
 from ._target import Target, open_target, run_on
 from ._text import JSON_OPTION, ROW_ID, TARGET_HELP, print_json

@@ -25,10 +25,10 @@ from typing import Any
 
 import click
 
-from .._errors import JobError, Refusal
-from .._jobs import Jobs
-from .._kinds import Kind, check_unique_names, read_deps, read_kind
-from .._text import count_of
+from .._base.errors import JobError, Refusal
+from .._base.text import count_of
+from .._kinds.kind import Kind, check_unique_names, read_deps, read_kind
+from .._queue.jobs import Jobs
 from ._load import Refused, load
 from ._text import JSON_OPTION, print_json
 

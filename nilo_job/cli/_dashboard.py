@@ -105,7 +105,7 @@ def dashboard_command(
             "pip install 'nilo-job[web]' uvicorn"
         ) from None
 
-    from .._errors import Refusal
+    from .._base.errors import Refusal
     from ..dashboard._app import dashboard_app
     from ..dashboard._guard import host_problem
     from ..dashboard._session import MIN_SECRET_CHARS

@@ -22,7 +22,7 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from .._jobs import Jobs
+from .._queue.jobs import Jobs
 
 log = logging.getLogger("nilo_job")
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from .._errors import Refusal
-from .._jobs import Jobs
+from .._base.errors import Refusal
+from .._queue.jobs import Jobs
 from ..store._target import shown
 from ._log import print_once
 

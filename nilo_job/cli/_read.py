@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
-from .._errors import Refusal
-from .._operator import read_cursor
-from .._text import printable
-from .._types import Attempt, Dead, Found, Row, Stats, Where
+from .._base.errors import Refusal
+from .._base.text import printable
+from .._base.values import Attempt, Dead, Found, Row, Stats, Where
+from .._queue.operator import read_cursor
 from ._target import Target, open_target, run_on
 from ._text import (
     JSON_OPTION,

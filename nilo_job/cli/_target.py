@@ -16,12 +16,12 @@ from typing import TypeVar
 
 import click
 
-from .._clock import now_us
-from .._errors import JobError, Refusal
-from .._jobs import Jobs
-from .._kinds import name_problem
-from .._operator import Operator
-from .._types import Dead, Found, Row, Stats, Where
+from .._base.clock import now_us
+from .._base.errors import JobError, Refusal
+from .._base.values import Dead, Found, Row, Stats, Where
+from .._kinds.kind import name_problem
+from .._queue.jobs import Jobs
+from .._queue.operator import Operator
 from ..store._table import Table
 from ..store.contract import Store
 from ._load import load

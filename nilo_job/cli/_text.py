@@ -15,13 +15,13 @@ from typing import Any
 
 import click
 
-from .. import _bounds
-from .._text import printable
-from .._text import utc_exact as utc_exact  # the commands' exact times, shared
+from .._base import bounds
+from .._base.text import printable
+from .._base.text import utc_exact as utc_exact  # the commands' exact times, shared
 
-ROW_ID = click.IntRange(_bounds.ROW_ID.least, _bounds.ROW_ID.most)  # 64-bit on every store
-WORKERS = click.IntRange(_bounds.WORKERS.least, _bounds.WORKERS.most)
-MS = click.IntRange(_bounds.MS.least, _bounds.MS.most)  # a duration: at most ten years
+ROW_ID = click.IntRange(bounds.ROW_ID.least, bounds.ROW_ID.most)  # 64-bit on every store
+WORKERS = click.IntRange(bounds.WORKERS.least, bounds.WORKERS.most)
+MS = click.IntRange(bounds.MS.least, bounds.MS.most)  # a duration: at most ten years
 TARGET_HELP = "TARGET is a database URL (sqlite:///app.db, postgresql://…) or module:attr."
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 import click
 
-from .._errors import JobError, Refusal
-from .._jobs import Jobs
+from .._base.errors import JobError, Refusal
+from .._queue.jobs import Jobs
 from ..store._target import shown
 from ._health import Health
 from ._load import load

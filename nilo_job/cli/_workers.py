@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from .._clock import now_us
+from .._base.clock import now_us
 from .._worker.beat import is_alive
 from ..store.contract import WorkerEntry
 from ._target import Target, open_target, run_on

@@ -28,7 +28,7 @@ from typing import Literal
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from .._errors import Refusal
+from .._base.errors import Refusal
 
 log = logging.getLogger("nilo_job")
 

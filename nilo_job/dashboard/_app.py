@@ -40,8 +40,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import Cron, Every, Jobs, Refusal
-from .._errors import is_int
-from .._types import Row, Where
+from .._base.errors import is_int
+from .._base.values import Row, Where
 from .._worker.ticks import SCHEDULE_KEY
 from ..store.contract import INT64_MAX, WorkerEntry
 from ._access import Access, AccessHook

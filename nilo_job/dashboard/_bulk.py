@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import Jobs, Refusal
-from .._types import Where
+from .._base.values import Where
 from ..store.contract import INT64_MAX
 from ._rows import ACTIONS
 

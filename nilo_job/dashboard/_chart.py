@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._clock import utc_text
+from .._base.clock import utc_text
 from ._render import esc, iso
 
 WIDTH = 240

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._text import duration
-from .._types import Flow, Row
+from .._base.text import duration
+from .._base.values import Flow, Row
 from .._worker.beat import is_alive
 from .._worker.holdback import AFTER_S, statement
 from ..store.contract import HeldBack, WorkerEntry

@@ -20,8 +20,8 @@ from enum import Enum
 from importlib import resources
 from urllib.parse import urlencode
 
-from .._clock import utc_text
-from .._text import printable
+from .._base.clock import utc_text
+from .._base.text import printable
 
 _TEMPLATE = string.Template(
     resources.files(__package__).joinpath("templates/page.html").read_text(encoding="utf-8")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .._types import Row
+from .._base.values import Row
 from ._render import Chrome, button, esc, href, when
 from ._table import payload_text
 

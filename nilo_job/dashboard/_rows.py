@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import Jobs
-from .._types import Row, Where
+from .._base.values import Row, Where
 from ._render import Chrome, csrf_field, esc, exact, href
 from ._table import row_table
 

@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import secrets
 
-from .._errors import Refusal
+from .._base.errors import Refusal
 
 MIN_SECRET_CHARS = 16
 """The shortest secret accepted: a login form is open to guessing, so the secret must be long."""

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from .._types import Row
+from .._base.values import Row
 from ._render import Chrome, button, esc, href, scroll_box, when
 
 PAYLOAD_CHARS = 160

@@ -25,9 +25,9 @@ import threading
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
-from .._clock import now_us
-from .._errors import Refusal
-from .._jobs import Jobs
+from .._base.clock import now_us
+from .._base.errors import Refusal
+from .._queue.jobs import Jobs
 from ..store._table import Table
 from ._kinds import TaskCall, find_task, kind_name, make_kinds
 from ._options import Options, read

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import Refusal
-from .._process import worker
-from .._types import Retry, Tick
+from .._base.errors import Refusal
+from .._base.process import worker
+from .._base.values import Retry, Tick
 
 
 @dataclass

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
-from .._bounds import POSITIVE_MS, whole
-from .._errors import Refusal
-from .._types import Exponential, Fixed, Retry
+from .._base.bounds import POSITIVE_MS, whole
+from .._base.errors import Refusal
+from .._base.values import Exponential, Fixed, Retry
 
 KNOWN = (
     "store", "database", "retry", "timeout_ms", "workers", "poll_ms", "retention_ms",

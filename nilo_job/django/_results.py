@@ -26,7 +26,7 @@ import traceback
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .._types import Row, Tick
+from .._base.values import Row, Tick
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _STATUS = {"queued": "READY", "running": "RUNNING", "done": "SUCCESSFUL", "dead": "FAILED"}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .._errors import StoreUnavailable
+from .._base.errors import StoreUnavailable
 
 VERSION = 7
 """The version of the table this nilo-job writes."""

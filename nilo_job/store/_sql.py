@@ -340,7 +340,7 @@ def unwrap_django(tx: object) -> object:
     ):
         return tx
     if not tx.in_atomic_block:
-        from .._errors import Refusal
+        from .._base.errors import Refusal
 
         raise Refusal(
             "push_in got Django's connection outside transaction.atomic(), so the row would "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._bounds import Span, whole
-from .._errors import Refusal
+from .._base.bounds import Span, whole
+from .._base.errors import Refusal
 from ._target import shown
 from .contract import Store
 

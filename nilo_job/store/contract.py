@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .._bounds import INT64_MAX, INT64_MIN
-from .._types import ATTEMPTS_KEPT, Attempt, Stats, Where
+from .._base.bounds import INT64_MAX, INT64_MIN
+from .._base.values import ATTEMPTS_KEPT, Attempt, Stats, Where
 
 __all__ = [
     "ATTEMPTS_KEPT",
@@ -394,7 +394,7 @@ def check_state(state: str) -> str:
         Refusal: it cannot.
     """
     if state not in ROW_STATES:
-        from .._errors import Refusal
+        from .._base.errors import Refusal
 
         raise Refusal(f"state={state!r}: a row is 'queued', 'running', 'dead' or 'done'")
     return state

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .._bounds import PAYLOAD_BYTES, whole
-from .._errors import QueueFull, Refusal, is_int
-from .._types import Stats
+from .._base.bounds import PAYLOAD_BYTES, whole
+from .._base.errors import QueueFull, Refusal, is_int
+from .._base.values import Stats
 from .contract import (
     ATTEMPTS_KEPT,
     DEATHS_KEPT_US,

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import nilo_job as job
-from nilo_job._text import duration
+from nilo_job._base.text import duration
 from nilo_job.dashboard import _rows, dashboard_app
 from nilo_job.dashboard._render import relative
 from nilo_job.metrics import Metrics

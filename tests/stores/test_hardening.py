@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import nilo_job as job
-from nilo_job._clock import datetime_to_us
+from nilo_job._base.clock import datetime_to_us
 
 release = threading.Event()
 started: list[int] = []

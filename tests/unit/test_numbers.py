@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
-from nilo_job._clock import Clock
+from nilo_job._base.clock import Clock
 from nilo_job.store.contract import Store
 from nilo_job.web import lifespan
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 import nilo_job as job
-from nilo_job._text import printable
+from nilo_job._base.text import printable
 from nilo_job.cli._log import JsonLines
 from nilo_job.store.contract import Store
 from tests.helpers.outcomes import MS, Boom, HardRejected, Rejected, read

@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 
 import nilo_job as job
-from nilo_job._clock import datetime_to_us
+from nilo_job._base.clock import datetime_to_us
 
 MINUTE = 60_000_000
 DAY = 86_400_000_000

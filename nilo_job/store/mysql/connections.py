@@ -39,7 +39,7 @@ from asyncmy.constants import CLIENT
 from asyncmy.cursors import Cursor
 from asyncmy.errors import IntegrityError, MySQLError, OperationalError, ProgrammingError
 
-from ..._errors import Refusal, StoreUnavailable
+from ..._base.errors import Refusal, StoreUnavailable
 from .. import _schema
 from .._target import scrubbed, shown
 from .statements import SQL, missing_table

@@ -33,10 +33,10 @@ from asyncmy.connection import Connection
 from asyncmy.cursors import Cursor
 from asyncmy.errors import MySQLError
 
-from ..._bounds import PAYLOAD_BYTES, Span, whole
-from ..._errors import Refusal, StoreUnavailable
-from ..._text import count_of
-from ..._types import Stats
+from ..._base.bounds import PAYLOAD_BYTES, Span, whole
+from ..._base.errors import Refusal, StoreUnavailable
+from ..._base.text import count_of
+from ..._base.values import Stats
 from .. import _schema
 from .._sql import (
     attempt_of,

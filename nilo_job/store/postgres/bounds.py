@@ -32,7 +32,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
 
-from ..._errors import Refusal, StoreUnavailable, is_int
+from ..._base.errors import Refusal, StoreUnavailable, is_int
 
 CONNECT_TIMEOUT_S = 10
 """How long a connection may take to open, in seconds, unless the URL says (`connect_timeout`)."""

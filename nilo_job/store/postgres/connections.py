@@ -55,7 +55,7 @@ from psycopg import errors, pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..._errors import StoreUnavailable
+from ..._base.errors import StoreUnavailable
 from .. import _schema
 from .._target import scrubbed, shown
 from .bounds import ANSWER_MS, ROWS_PER_BOUND, Deadline, bound_s, lost, shut, with_timeout

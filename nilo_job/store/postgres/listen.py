@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from ..._errors import StoreUnavailable
+from ..._base.errors import StoreUnavailable
 from .._target import scrubbed
 from .bounds import Deadline
 from .connections import DOWN, Connections

@@ -38,7 +38,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from ..._errors import Refusal
+from ..._base.errors import Refusal
 from .._target import misread, scrubbed, shown
 
 POOLER = "nilo_pooler"

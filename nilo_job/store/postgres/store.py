@@ -24,10 +24,10 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from ..._bounds import PAYLOAD_BYTES, whole
-from ..._errors import Refusal, is_int
-from ..._text import count_of
-from ..._types import Stats
+from ..._base.bounds import PAYLOAD_BYTES, whole
+from ..._base.errors import Refusal, is_int
+from ..._base.text import count_of
+from ..._base.values import Stats
 from .. import _schema
 from .._sql import (
     attempt_of,

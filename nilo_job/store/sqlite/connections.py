@@ -32,7 +32,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..._errors import StoreUnavailable
+from ..._base.errors import StoreUnavailable
 from .. import _schema
 
 T = TypeVar("T")

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from ..._bounds import INT32_MAX, PAYLOAD_BYTES, Span, whole
-from ..._errors import Refusal
-from ..._types import Stats
+from ..._base.bounds import INT32_MAX, PAYLOAD_BYTES, Span, whole
+from ..._base.errors import Refusal
+from ..._base.values import Stats
 from .. import _schema, _sql
 from .._sql import (
     attempt_of,

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._bounds import POSITIVE_MS, SNOOZES, Span, whole
-from ._codec import Codec, field_names, is_record, required
-from ._errors import Refusal, TimedOut
-from ._schedule import Schedule
-from ._types import Missed, Overlap, Retry, Run, Tick
+from .._base.bounds import POSITIVE_MS, SNOOZES, Span, whole
+from .._base.errors import Refusal, TimedOut
+from .._base.values import Missed, Overlap, Retry, Run, Tick
+from .codec import Codec, field_names, is_record, required
+from .schedule import Schedule
 
 MAX_NAME_BYTES = 64
 """The longest kind name and unique key, in UTF-8 bytes."""

@@ -17,14 +17,14 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 
-from ._bounds import ROW_ID, ROWS, Span, row_ids, whole
-from ._bounds import row_id as check_row_id
-from ._codec import plain
-from ._errors import Refusal
-from ._types import Dead, Flow, Found, Row, State, Stats, Status, Where, is_unicode
-from ._worker.parts import Parts
-from ._worker.ticks import SCHEDULE_KEY
-from .store.contract import INT64_MAX, INT64_MIN, LISTED_CHARS, DeadRow, RowView, Store
+from .._base.bounds import ROW_ID, ROWS, Span, row_ids, whole
+from .._base.bounds import row_id as check_row_id
+from .._base.errors import Refusal
+from .._base.values import Dead, Flow, Found, Row, State, Stats, Status, Where, is_unicode
+from .._kinds.codec import plain
+from .._worker.parts import Parts
+from .._worker.ticks import SCHEDULE_KEY
+from ..store.contract import INT64_MAX, INT64_MIN, LISTED_CHARS, DeadRow, RowView, Store
 
 BATCH = 500
 """Rows per transaction when acting on many rows."""

@@ -1,17 +1,17 @@
 """`Jobs`: the queue, the one public class, a façade over the parts that do the work.
 
-    push, push_many, push_in    _producer.Producer          options, payload, the row written
+    push, push_many, push_in    producer.Producer           options, payload, the row written
     (a claimed row)             _worker.runner.Runner       decode, run, decide, write the end
     serve, serving              _worker.server.Server       the claim loop, the workers, stopping
     drain, run_one              _worker.drain.Drain         due rows here and now, on a test's clock
     seed                        _worker.ticks.Ticks         a schedule's next tick, as a row
     wake                        _worker.wakeups.Wakeups     serve hears of work before its poll
-    row, find, *_many, pause,   _operator.Operator          the operator's calls over many rows
+    row, find, *_many, pause,   operator.Operator           the operator's calls over many rows
       flow
     (history)                   _worker.pruner.Pruner       done rows kept, then pruned
 
 `Jobs` reads the kinds, checks the settings, builds those parts and hands each the same clock
-(`_clock.Clock`); the operator calls (cancel, stats, status, dead_ones, retry_dead) are a store
+(`_base.clock.Clock`); the operator calls (cancel, stats, status, dead_ones, retry_dead) are a store
 call each. Nothing below this module calls back into it: a run that asks for `Jobs` is handed
 this object as a value. Most of this module is the docstrings a user reads (units, what is
 raised); every method is a few lines handing its arguments to a part.
@@ -25,23 +25,23 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import overload
 
-from ._bounds import FIGURE, LAST_US, MS, POSITIVE_MS, WORKERS, Span, moment, whole
-from ._bounds import row_id as check_row_id
-from ._errors import Refusal, refuse_within
-from ._kinds import Kind, check_unique_names, read_deps, read_kind
-from ._observers import Observer
-from ._operator import Operator
-from ._producer import Producer
-from ._spaces import Space
-from ._sync import SyncJobs
-from ._types import Dead, Flow, Found, Row, Stats, Status, Where
-from ._worker.drain import Drain
-from ._worker.parts import Parts
-from ._worker.pruner import Pruner
-from ._worker.runner import Runner
-from ._worker.server import Server
-from .store._target import shown
-from .store.contract import Store
+from .._base.bounds import FIGURE, LAST_US, MS, POSITIVE_MS, WORKERS, Span, moment, whole
+from .._base.bounds import row_id as check_row_id
+from .._base.errors import Refusal, refuse_within
+from .._base.spaces import Space
+from .._base.values import Dead, Flow, Found, Row, Stats, Status, Where
+from .._kinds.kind import Kind, check_unique_names, read_deps, read_kind
+from .._watch.observers import Observer
+from .._worker.drain import Drain
+from .._worker.parts import Parts
+from .._worker.pruner import Pruner
+from .._worker.runner import Runner
+from .._worker.server import Server
+from ..store._target import shown
+from ..store.contract import Store
+from .operator import Operator
+from .producer import Producer
+from .sync import SyncJobs
 
 SEED_MOST_US = LAST_US
 """The latest moment `seed_at` takes (µs): the year 9000, as every call that takes a moment."""

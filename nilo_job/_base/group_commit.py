@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._errors import StoreUnavailable
+from .errors import StoreUnavailable
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -17,7 +17,7 @@ A job's own exceptions are never wrapped: a dead row keeps their class name, so 
 says `Rejected` rather than a word of the queue's.
 
 `job.Snooze` and `job.RetryIn` are not errors but words a run raises to say when it runs again
-(`_types`); they stand outside this tree.
+(`values`); they stand outside this tree.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ for _public in (
 
 def is_int(value: object, least: int | None = None, most: int | None = None) -> TypeGuard[int]:
     """Whether `value` is an int (a bool is not) from `least` to `most`, both included; a bound
-    that is None sets no limit. The check under `_bounds.whole`, which says why in a sentence."""
+    that is None sets no limit. The check under `bounds.whole`, which says why in a sentence."""
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     return (least is None or value >= least) and (most is None or value <= most)

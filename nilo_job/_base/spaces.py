@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ._bounds import MOST_MS, Span, seconds, whole
-from ._errors import Refusal, is_int
-from ._types import State, Status
+from .bounds import MOST_MS, Span, seconds, whole
+from .errors import Refusal, is_int
+from .values import State, Status
 
 TTL_S = Span(1, MOST_MS // 1_000, "whole seconds", "ten years")
 """A `RedisSpace`'s time to live."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeGuard
 
-from ._errors import Refusal, is_int
+from .errors import Refusal, is_int
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """A 64-bit integer's range: SQLite's INTEGER, PostgreSQL's bigint."""

@@ -5,7 +5,7 @@ claim, and at each end (`Observers` holds a queue's observers and makes those ca
 imports no metrics or tracing library: `nilo_job.metrics` (Prometheus, OpenTelemetry) is an
 observer like any other. With no observer the queue pays one empty-tuple check per event.
 
-`running` is handed the trace context the row's push recorded (`_tracing`), so that a tracing
+`running` is handed the trace context the row's push recorded (`_watch.tracing`), so that a tracing
 observer's run span continues the push's trace. An observer written before it had that
 argument, whose `running` takes (kind, tick) only, is still called so.
 """
@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ._types import Tick
-from .store.contract import Claimed, NewRow
+from .._base.values import Tick
+from ..store.contract import Claimed, NewRow
 
 Outcome = Literal["done", "retrying", "dead", "released", "dropped", "lost", "snoozed"]
 """How a claimed row ended: run and done; failed and queued again; dead (a run that failed for the
@@ -89,7 +89,7 @@ class Observers:
 
     def add(self, observer: object) -> None:
         if not isinstance(observer, Observer):
-            from ._errors import Refusal
+            from .._base.errors import Refusal
 
             raise Refusal(
                 f"observe({observer!r}): an observer has pushing, pushed, claimed, running and "

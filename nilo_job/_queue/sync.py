@@ -20,10 +20,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from ._errors import Refusal, refuse_within
-from ._spaces import Space
-from ._types import Dead, Flow, Found, Row, Stats, Status, Where
-from .store.contract import Store
+from .._base.errors import Refusal, refuse_within
+from .._base.spaces import Space
+from .._base.values import Dead, Flow, Found, Row, Stats, Status, Where
+from ..store.contract import Store
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ def datetime_to_us(moment: datetime) -> int:
     Raises:
         Refusal: `moment` is naive (no tzinfo): its instant is unknown.
     """
-    from ._errors import Refusal
+    from .errors import Refusal
 
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise Refusal(

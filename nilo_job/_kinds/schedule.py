@@ -17,9 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ._bounds import POSITIVE_MS, TICK_LAST_US, moment, whole
-from ._clock import datetime_to_us
-from ._errors import Refusal
+from .._base.bounds import POSITIVE_MS, TICK_LAST_US, moment, whole
+from .._base.clock import datetime_to_us
+from .._base.errors import Refusal
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ process is woken for the row (`Wakeups`), or, when one of its workers is idle on
 and the row is due now, the row is inserted already claimed and handed to that worker
 (`handover`).
 
-Each row records the trace context current at its call (`_tracing`): inside the push span an
+Each row records the trace context current at its call (`_watch.tracing`): inside the push span an
 observer makes current (`Metrics`' `push <kind>`), or else the application's own span; None
 without one, or without OpenTelemetry.
 """
@@ -22,17 +22,17 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
-from ._bounds import PAYLOAD_BYTES, due, moment
-from ._errors import PayloadTooLarge, Refusal, is_int
-from ._group_commit import Grouped
-from ._kinds import MAX_NAME_BYTES, Kind, name_problem
-from ._spaces import Space
-from ._tracing import current
-from ._types import State
-from ._worker.handover import HandOver
-from ._worker.parts import Parts
-from .store.contract import NewRow, Store
-from .store.memory import Memory
+from .._base.bounds import PAYLOAD_BYTES, due, moment
+from .._base.errors import PayloadTooLarge, Refusal, is_int
+from .._base.group_commit import Grouped
+from .._base.spaces import Space
+from .._base.values import State
+from .._kinds.kind import MAX_NAME_BYTES, Kind, name_problem
+from .._watch.tracing import current
+from .._worker.handover import HandOver
+from .._worker.parts import Parts
+from ..store.contract import NewRow, Store
+from ..store.memory import Memory
 
 
 class Producer:
@@ -74,7 +74,7 @@ class Producer:
 
         Raises:
             Refusal: `value` is not of a kind of this queue, the options cannot go together, a
-                time is not one a store can hold (`_bounds`), or the payload cannot round-trip.
+                time is not one a store can hold (`_base.bounds`), or the payload cannot round-trip.
             PayloadTooLarge: the payload's JSON is over the store's `max_payload`.
         """
         kind = self.kinds.get(type(value))
@@ -98,7 +98,7 @@ class Producer:
         """Now, and when a row pushed now with `after_ms` or `at` is due (µs).
 
         Raises:
-            Refusal: both are given, or one is not a time a store can hold (`_bounds`).
+            Refusal: both are given, or one is not a time a store can hold (`_base.bounds`).
         """
         if after_ms is not None and at is not None:
             raise Refusal(f"{call} takes after_ms or at, not both: one says when the row is due")

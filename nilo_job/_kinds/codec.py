@@ -24,7 +24,7 @@ from uuid import UUID
 
 import msgspec
 
-from ._errors import BadPayload, Refusal
+from .._base.errors import BadPayload, Refusal
 
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._bounds import MS, POSITIVE_MS, RETRIES, whole
-from ._bounds import row_ids as check_row_ids
-from ._errors import Refusal
+from .bounds import MS, POSITIVE_MS, RETRIES, whole
+from .bounds import row_ids as check_row_ids
+from .errors import Refusal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

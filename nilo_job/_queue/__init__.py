@@ -1,0 +1,2 @@
+"""The queue's face: `Jobs` and the parts its methods hand their arguments to (push, the
+operator's calls, the blocking bridge)."""
