@@ -132,6 +132,26 @@ async def until_counted(counter: Counter, began: float, cap_s: float) -> dict[st
     return rate(counter.target, counter.done_at - began, capped=False)
 
 
+async def until_durable(
+    counter: Counter, began: float, cap_s: float, remaining: Callable[[], Awaitable[int]]
+) -> dict[str, Any]:
+    """The W2 result with the clock stopped when every end is durable: wait for the last run
+    (`until_counted`), then read `remaining()` (how many rows the subject's table does not yet
+    show finished, read on a connection of the script's own) every millisecond until it is 0.
+    `run_seconds` and `run_rate` keep the clock stopped at the last run."""
+    ran = await until_counted(counter, began, cap_s)
+    if ran["capped"]:
+        return ran
+    while (left := await remaining()) > 0:
+        if cap_s > 0 and time.perf_counter() - began > cap_s:
+            return rate(counter.target - left, time.perf_counter() - began, capped=True)
+        await asyncio.sleep(0.001)
+    seconds = time.perf_counter() - began
+    return rate(
+        counter.target, seconds, capped=False, run_seconds=ran["seconds"], run_rate=ran["rate"]
+    )
+
+
 def percentiles(samples_ns: Sequence[int]) -> dict[str, Any]:
     """p50/p95/p99 (nearest rank) of latencies in nanoseconds, reported in milliseconds."""
     ordered = sorted(samples_ns)
@@ -201,13 +221,16 @@ async def cross_process_latency(
     settle_s: float = 1.5,
     gap_s: tuple[float, float] = (0.005, 0.02),
     timeout_s: float = 30.0,
+    done: bool = False,
 ) -> dict[str, Any]:
     """Latency from a push in this process to the run's start in a worker process.
 
     Starts the worker (`worker_argv`), waits for READY and `settle_s` more so that it is idle,
     then for each sample reads `time.time_ns()`, awaits `push(i)` and waits for the worker's
     `START i ns` line. Both clocks are this host's wall clock. Between samples it sleeps a random
-    time in `gap_s` so that samples do not lock to a poll's phase.
+    time in `gap_s` so that samples do not lock to a poll's phase. With `done`, it also waits
+    for the worker's `DONE i ns` line (written once the run's end is durable) and adds push → done
+    as `done_p50_ms`, `done_p95_ms`, ...
     """
     proc = await asyncio.create_subprocess_exec(
         *worker_argv,
@@ -217,6 +240,7 @@ async def cross_process_latency(
     )
     assert proc.stdout is not None
     latencies: list[int] = []
+    dones: list[int] = []
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 60)
         if line.strip() != b"READY":
@@ -226,21 +250,33 @@ async def cross_process_latency(
         for i in range(samples + warm):
             before = time.time_ns()
             await push(i)
-            while True:
-                line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
-                if not line:
-                    raise RuntimeError("the worker process ended")
-                parts = line.split()
-                if parts[:1] == [b"START"] and int(parts[1]) == i:
-                    break
+            started_ns = await _mark(proc.stdout, b"START", i, timeout_s)
+            if done:
+                done_ns = await _mark(proc.stdout, b"DONE", i, timeout_s)
             if i >= warm:
-                latencies.append(int(parts[2]) - before)
+                latencies.append(started_ns - before)
+                if done:
+                    dones.append(done_ns - before)
             await asyncio.sleep(random.uniform(*gap_s))
     finally:
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
-    return percentiles(latencies)
+    result = percentiles(latencies)
+    if done:
+        result.update({f"done_{k}": v for k, v in percentiles(dones).items() if k != "samples"})
+    return result
+
+
+async def _mark(stdout: asyncio.StreamReader, word: bytes, i: int, timeout_s: float) -> int:
+    """The nanoseconds of the worker's next `WORD i ns` line."""
+    while True:
+        line = await asyncio.wait_for(stdout.readline(), timeout_s)
+        if not line:
+            raise RuntimeError("the worker process ended")
+        parts = line.split()
+        if parts[:1] == [word] and int(parts[1]) == i:
+            return int(parts[2])
 
 
 async def cross_process_alternated(

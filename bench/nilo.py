@@ -15,6 +15,7 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,20 +202,48 @@ async def fill(args: argparse.Namespace) -> dict[str, Any]:
 
 async def w2(args: argparse.Namespace) -> dict[str, Any]:
     """`--jobs` rows queued first; then time from the start of `serve()` (one process,
-    `--workers`) until every row has run."""
+    `--workers`) until the table shows every row done (its end durable)."""
     global _on_run
     if not args.no_fill:
         await fill(args)
     jobs = queue(job.Table(args.url), args)
     counter = common.Counter(args.jobs)
     _on_run = lambda _i: counter.hit()  # noqa: E731
-    began = time.perf_counter()
-    serving = asyncio.create_task(jobs.serve(grace_ms=1_000))
-    result = await common.until_counted(counter, began, args.cap_s)
-    serving.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await serving
+    async with undone_reader(args.url) as remaining:
+        began = time.perf_counter()
+        serving = asyncio.create_task(jobs.serve(grace_ms=1_000))
+        result = await common.until_durable(counter, began, args.cap_s, remaining)
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
     return {**result, "workers": args.workers}
+
+
+@contextlib.asynccontextmanager
+async def undone_reader(url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
+    """A count of the rows not yet done (a done row leaves `nilo_jobs`), read on a connection
+    of its own: committed ends only."""
+    if common.is_sqlite(url):
+        conn = sqlite3.connect(common.sqlite_path(url))
+
+        async def lite() -> int:
+            return int(conn.execute("SELECT count(*) FROM nilo_jobs").fetchone()[0])
+
+        try:
+            yield lite
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
+
+        async def count() -> int:
+            cur = await pg.execute("SELECT count(*) FROM nilo_jobs")
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        yield count
 
 
 async def w2_child(args: argparse.Namespace) -> None:
@@ -260,13 +289,35 @@ async def w3_inproc(args: argparse.Namespace) -> dict[str, Any]:
     return common.percentiles(latencies)
 
 
+class DoneMark:
+    """An observer (`jobs.observe`) that writes `DONE i ns` as each run's end is told, which is
+    once the end is written: push → done for W3's lone jobs (one at a time, so the row is the
+    last one started)."""
+
+    def __init__(self) -> None:
+        self.last = -1
+
+    def started(self, i: int) -> None:
+        self.last = i
+        common.start_mark(i)
+
+    def ended(self, *_args: Any) -> None:
+        os.write(1, f"DONE {self.last} {time.time_ns()}\n".encode())
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_a, **_k: contextlib.nullcontext()
+
+
 async def w3_worker(args: argparse.Namespace) -> None:
-    """The idle worker process of cross-process W3: a `START i ns` line per run."""
+    """The idle worker process of cross-process W3: a `START i ns` line per run, and a
+    `DONE i ns` line once its end is written."""
     global _on_run
     store = job.Table(args.url)
     await store.open()
     jobs = queue(store, args)
-    _on_run = common.start_mark
+    marks = DoneMark()
+    jobs.observe(marks)
+    _on_run = marks.started
     async with jobs.serving(grace_ms=1_000):
         await asyncio.sleep(0.2)
         os.write(1, b"READY\n")
@@ -285,7 +336,7 @@ async def w3_xproc(args: argparse.Namespace) -> dict[str, Any]:
     # so the pushes come a few milliseconds apart, as a web process's would.
     gap = (0.005, 0.02)
     return await common.cross_process_latency(
-        common.child_argv("w3_worker", args), push, args.samples, gap_s=gap
+        common.child_argv("w3_worker", args), push, args.samples, gap_s=gap, done=True
     )
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+import psycopg
 from oban import Oban, worker
 from oban.schema import install
 
@@ -121,9 +122,20 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
             )
     counter = common.Counter(args.jobs)
     _on_run = lambda _i: counter.hit()  # noqa: E731
+    reader = await psycopg.AsyncConnection.connect(args.url, autocommit=True)
+
+    async def remaining() -> int:
+        cur = await reader.execute(
+            "SELECT count(*) FROM oban_jobs"
+            " WHERE state NOT IN ('completed', 'discarded', 'cancelled')"
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     began = time.perf_counter()
     await server(args.url, args)
-    result = await common.until_counted(counter, began, args.cap_s)
+    result = await common.until_durable(counter, began, args.cap_s, remaining)
+    await reader.close()
     return {**result, "queue_limit": args.workers}
 
 

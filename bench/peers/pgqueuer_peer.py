@@ -113,11 +113,17 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     qm = worker(await asyncpg.connect(args.url))
     counter = common.Counter(args.jobs)
     _on_run = lambda _i: counter.hit()  # noqa: E731
+    reader = await asyncpg.connect(args.url)
+
+    async def remaining() -> int:  # a finished job leaves the queue table for its log
+        return int(await reader.fetchval("SELECT count(*) FROM pgqueuer"))
+
     began = time.perf_counter()
     running = asyncio.create_task(qm.run())
-    result = await common.until_counted(counter, began, args.cap_s)
+    result = await common.until_durable(counter, began, args.cap_s, remaining)
     qm.shutdown.set()
     del running
+    await reader.close()
     return {**result, "settings": "QueueManager.run() defaults"}
 
 

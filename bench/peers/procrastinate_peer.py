@@ -124,10 +124,20 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     await app.open_async()
     counter = common.Counter(args.jobs)
     _on_run = lambda _i: counter.hit()  # noqa: E731
+    reader = await psycopg.AsyncConnection.connect(args.url, autocommit=True)
+
+    async def remaining() -> int:
+        cur = await reader.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+        )
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     began = time.perf_counter()
     running = asyncio.create_task(run_worker(app, args))
-    result = await common.until_counted(counter, began, args.cap_s)
+    result = await common.until_durable(counter, began, args.cap_s, remaining)
     del running
+    await reader.close()
     return {**result, "concurrency": args.workers}
 
 
