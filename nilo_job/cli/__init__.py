@@ -19,10 +19,11 @@
 
 `module:attr` names a `job.Jobs` (or a function of no arguments returning one), imported with the
 current directory on `sys.path`, as uvicorn does. The operator commands also take the database's
-URL as TARGET (`sqlite:///app.db`, `postgresql://user@host/db`): they then work on the table
-alone, with no kinds. `--log-level` and `--log-format` go before or after the subcommand. Every
-failure is one sentence on stderr and exit status 1 (2 for a usage error), never a traceback.
-docs/cli.md says it all with examples. Each command lives in a module of this package.
+URL as TARGET (`sqlite:///app.db`, `postgresql://user@host/db`, `mariadb://user@host:3306/db` or
+`mysql://…`): they then work on the table alone, with no kinds. `--log-level` and `--log-format`
+go before or after the subcommand. Every failure is one sentence on stderr and exit status 1 (2
+for a usage error), never a traceback. docs/cli.md says it all with examples. Each command lives
+in a module of this package.
 """
 
 from __future__ import annotations

@@ -116,7 +116,8 @@ def open_target(target: str) -> Target:
     `migrate` creates it), however the queue was named.
 
     Args:
-        target: `sqlite:///app.db`, `postgresql://user@host/db`, or `module:attr`.
+        target: `sqlite:///app.db`, `postgresql://user@host/db`, `mariadb://user@host:3306/db`
+            (`mysql://…`), or `module:attr`.
 
     Raises:
         click.ClickException: the URL is not a database nilo-job can use, or `module:attr` does

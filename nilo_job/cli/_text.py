@@ -22,7 +22,10 @@ from .._base.text import utc_exact as utc_exact  # the commands' exact times, sh
 ROW_ID = click.IntRange(bounds.ROW_ID.least, bounds.ROW_ID.most)  # 64-bit on every store
 WORKERS = click.IntRange(bounds.WORKERS.least, bounds.WORKERS.most)
 MS = click.IntRange(bounds.MS.least, bounds.MS.most)  # a duration: at most ten years
-TARGET_HELP = "TARGET is a database URL (sqlite:///app.db, postgresql://…) or module:attr."
+TARGET_HELP = (
+    "TARGET is a database URL (sqlite:///app.db, postgresql://…, mariadb://… or mysql://…) or "
+    "module:attr."
+)
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 

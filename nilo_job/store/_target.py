@@ -272,6 +272,20 @@ def misread(url: str) -> str | None:
     )
 
 
+def raw_in_userinfo(url: str) -> str:
+    """Which of `@`, `/`, `?` and `#` the user or password of the URL `url` holds raw (not
+    percent-encoded), in that order; "" when none (or the URL has no user). The userinfo is
+    taken to end at the last `@` before the query, as `shown` takes it: as the URL was meant.
+    A reader of URLs ends it earlier, at the first `@` (libpq) or at a `/`, `?` or `#` (any),
+    and then takes a piece of the password for the host or the port."""
+    if "://" not in url:
+        return ""
+    userinfo, _hosts, _query = _split_url(url.partition("://")[2])
+    if userinfo is None:
+        return ""
+    return "".join(char for char in "@/?#" if char in userinfo)
+
+
 def user_at(conninfo: str) -> str:
     """`user@` of a PostgreSQL connection string (as libpq reads it once shown, so a password
     is never read), percent-encoded for a URL; "" when it names no user."""

@@ -100,7 +100,30 @@ def test_a_url_gives_its_user_password_port_database_and_options() -> None:
     assert server_of("mariadb://db/app?unix_socket=/sockets/mysqld.sock") == Server(
         "MariaDB", "db", 3306, "", "", "app", 10.0, "/sockets/mysqld.sock"
     )
-    assert repr(job.Table(url)) == "job.Table('mysql://db.example:3307/shop')"
+    assert repr(job.Table(url)) == "job.Table('mysql://app@db.example:3307/shop')"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("mysql://someuser@127.0.0.1:3306/db", "job.Table('mysql://someuser@127.0.0.1:3306/db')"),
+        (
+            "mariadb://app:Se1cret@db/shop?connect_timeout=2",
+            "job.Table('mariadb://app@db:3306/shop')",
+        ),
+        ("mysql://a%40b:Se1cret@[::1]/shop", "job.Table('mysql://a%40b@[::1]:3306/shop')"),
+        ("mysql://db/shop", "job.Table('mysql://db:3306/shop')"),
+    ],
+    ids=["user", "password", "encoded user", "no user"],
+)
+def test_the_repr_keeps_the_user_never_the_password_as_postgresql_does(url: str, said: str) -> None:
+    assert repr(job.Table(url)) == said
+
+
+def test_a_socket_is_where_the_sentences_say_the_server_is() -> None:
+    server = server_of("mariadb://app@db:3307/shop?unix_socket=/sockets/mysqld.sock")
+    assert server.where == "/sockets/mysqld.sock (unix_socket)/shop"
+    assert server_of("mariadb://app@[::1]:3307/shop").where == "[::1]:3307/shop"
 
 
 @pytest.mark.parametrize(
@@ -126,8 +149,29 @@ def test_a_url_gives_its_user_password_port_database_and_options() -> None:
             "job.Table('mysql://app@db:99999/shop') is not a URL MariaDB/MySQL can use: Port out "
             "of range 0-65535",
         ),
+        (
+            "mysql://root:Se1cret@x@127.0.0.1/db",
+            "job.Table('mysql://root@127.0.0.1/db') cannot be read as meant: its user or password "
+            "holds an '@' that is not percent-encoded, so a piece of the password may be read as "
+            "the host; percent-encode the user and the password (urllib.parse.quote(password, "
+            "safe='') writes '@' as %40, ':' as %3A and '/' as %2F)",
+        ),
+        (
+            "mariadb://root:Se1/cret@127.0.0.1/db",
+            "job.Table('mariadb://root@127.0.0.1/db') cannot be read as meant: its user or "
+            "password holds a '/' that is not percent-encoded, so a piece of the password may be "
+            "read as the host; percent-encode the user and the password "
+            "(urllib.parse.quote(password, safe='') writes '@' as %40, ':' as %3A and '/' as %2F)",
+        ),
+        (
+            "mysql://root:Se1?c@ret@127.0.0.1/db",
+            "job.Table('mysql://root@127.0.0.1/db') cannot be read as meant: its user or password "
+            "holds an '@' and a '?' that are not percent-encoded, so a piece of the password may "
+            "be read as the host; percent-encode the user and the password "
+            "(urllib.parse.quote(password, safe='') writes '@' as %40, ':' as %3A and '/' as %2F)",
+        ),
     ],
-    ids=["no database", "unknown option", "no timeout", "no port"],
+    ids=["no database", "unknown option", "no timeout", "no port", "raw @", "raw /", "raw @ ?"],
 )
 def test_a_url_the_store_cannot_use_is_refused_in_a_sentence_without_its_password(
     url: str, said: str
@@ -135,7 +179,19 @@ def test_a_url_the_store_cannot_use_is_refused_in_a_sentence_without_its_passwor
     with pytest.raises(job.Refusal) as refused:
         job.Table(url)
     assert str(refused.value) == said
-    assert "Se1cret" not in str(refused.value)
+    assert "Se1" not in str(refused.value)
+
+
+def test_a_raw_at_in_the_password_is_refused_as_postgresql_refuses_it() -> None:
+    for url in ("mysql://root:p@ss@127.0.0.1/db", "postgresql://root:p@ss@127.0.0.1/db"):
+        with pytest.raises(job.Refusal) as refused:
+            job.Table(url)
+        assert "cannot be read as meant: its user or password holds an '@'" in str(refused.value)
+        assert "'@' as %40" in str(refused.value)
+    encoded = job.Table("mysql://root:p%40ss@127.0.0.1/db")
+    assert (encoded.server.user, encoded.server.password, encoded.server.host) == (  # type: ignore[attr-defined]
+        "root", "p@ss", "127.0.0.1",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -271,6 +327,19 @@ async def test_the_server_is_named_in_what_it_refuses(mariadb_server: str) -> No
             assert await job.Jobs(kinds=[Welcome], store=table).ready() is False
         finally:
             await table.close()
+
+
+async def test_a_socket_that_cannot_be_reached_is_named_in_the_sentence() -> None:
+    table = job.Table("mariadb://root@127.0.0.1:3306/shop?unix_socket=/nonexistent")
+    try:
+        with pytest.raises(job.StoreUnavailable) as refused:
+            await table.ping()
+        assert str(refused.value) == (
+            "cannot reach MariaDB at /nonexistent (unix_socket)/shop: Can't connect to MySQL "
+            "server on '/nonexistent' ([Errno 2] No such file or directory)"
+        )
+    finally:
+        await table.close()
 
 
 async def test_a_call_not_answered_within_answer_ms_is_a_store_error_naming_it(

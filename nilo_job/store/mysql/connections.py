@@ -41,7 +41,7 @@ from asyncmy.errors import IntegrityError, MySQLError, OperationalError, Program
 
 from ..._base.errors import Refusal, StoreUnavailable
 from .. import _schema
-from .._target import scrubbed, shown
+from .._target import raw_in_userinfo, scrubbed, shown
 from .statements import SQL, missing_table
 
 T = TypeVar("T")
@@ -64,6 +64,8 @@ LOGIN = {1044, 1045, 1698}
 ER_ACCESS_DENIED_NO_PASSWORD_ERROR)."""
 NO_DATABASE = 1049
 """ER_BAD_DB_ERROR."""
+CONN_HOST_ERROR = 2003
+"""CR_CONN_HOST_ERROR: the driver could not reach the server (its words name the host)."""
 TRIES = 3
 """How many times a call that met a deadlock is made in all."""
 
@@ -86,10 +88,24 @@ class Server:
     unix_socket: str | None = None
 
     @property
-    def where(self) -> str:
-        """`host:port/database`, for sentences (never the password)."""
+    def address(self) -> str:
+        """`host:port` (an IPv6 address in brackets), as the URL names the server."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}/{self.database}"
+        return f"{host}:{self.port}"
+
+    @property
+    def place(self) -> str:
+        """Where the store connects, for sentences: `host:port`, or `PATH (unix_socket)` when
+        the URL names a socket (the host and the port are then not used)."""
+        if self.unix_socket is not None:
+            return f"{self.unix_socket} (unix_socket)"
+        return self.address
+
+    @property
+    def where(self) -> str:
+        """`host:port/database` (`PATH (unix_socket)/database` through a socket), for sentences
+        (never the password)."""
+        return f"{self.place}/{self.database}"
 
 
 def server_of(url: str) -> Server:
@@ -99,14 +115,27 @@ def server_of(url: str) -> Server:
 
     Raises:
         Refusal: the URL names no database, has a port that is not one, or an option that is
-            not one of those.
+            not one of those; or its user or password holds an `@`, `/`, `?` or `#` that is not
+            percent-encoded (as PostgreSQL's store refuses it).
     """
     said = shown(url)
+    raw = raw_in_userinfo(url)
+    if raw:
+        held = " and ".join(f"{'an' if char == '@' else 'a'} '{char}'" for char in raw)
+        raise Refusal(
+            f"job.Table({said!r}) cannot be read as meant: its user or password holds {held} "
+            f"that {'is' if len(raw) == 1 else 'are'} not percent-encoded, so a piece of the "
+            "password may be read as the host; percent-encode the user and the password "
+            "(urllib.parse.quote(password, safe='') writes '@' as %40, ':' as %3A and '/' as "
+            "%2F)"
+        )
     try:
         parts = urlsplit(url)
         port = parts.port or DEFAULT_PORT
     except ValueError as error:
-        raise Refusal(f"job.Table({said!r}) is not a URL MariaDB/MySQL can use: {error}") from None
+        raise Refusal(
+            f"job.Table({said!r}) is not a URL MariaDB/MySQL can use: {scrubbed(str(error), url)}"
+        ) from None
     database = unquote(parts.path.lstrip("/"))
     if not database or "/" in database:
         raise Refusal(
@@ -229,6 +258,9 @@ class Connections:
         flavor, at = self.server.flavor, self.where
         said = scrubbed(str(error.args[1] if len(error.args) > 1 else error), self.target)
         code = code_of(error)
+        if code == CONN_HOST_ERROR and self.server.unix_socket is not None:
+            # The driver names the host, which a socket does not use: name the socket instead.
+            said = said.replace(f"on {self.server.host!r}", f"on {self.server.unix_socket!r}", 1)
         if code in LOGIN:
             return StoreUnavailable(
                 f"{flavor} at {at} refused the login of user {self.server.user!r}: check the "
@@ -236,7 +268,7 @@ class Connections:
             )
         if code == NO_DATABASE:
             return StoreUnavailable(
-                f"{flavor} at {self.server.host}:{self.server.port} has no database "
+                f"{flavor} at {self.server.place} has no database "
                 f"{self.server.database!r}: create it (CREATE DATABASE "
                 f"{self.server.database}), then `nilo-job migrate {self.target}`"
             )

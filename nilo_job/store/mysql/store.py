@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import quote
 
 from asyncmy.connection import Connection
 from asyncmy.cursors import Cursor
@@ -158,7 +159,11 @@ class MysqlTable:
         )
 
     def __repr__(self) -> str:
-        return f"job.Table('{self._scheme()}://{self.server.where}')"
+        """`job.Table('mysql://user@host:port/database')`: the URL as PostgreSQL's repr shows
+        its own, the user kept (percent-encoded), never the password nor the options."""
+        server = self.server
+        user = f"{quote(server.user, safe='')}@" if server.user else ""
+        return f"job.Table('{self._scheme()}://{user}{server.address}/{server.database}')"
 
     def _scheme(self) -> str:
         return "mariadb" if self.server.flavor == "MariaDB" else "mysql"
