@@ -110,6 +110,7 @@ class Ends:
         self.writing.clear()
         self.bound.clear()
         self.bound.freed = _nothing
+        self.bound.held = self.bound.unwritten.__len__
         self.bound.base = 0
 
     async def _finish(self, ends: list[End]) -> list[bool]:
@@ -184,15 +185,19 @@ class Ends:
             )  # fmt: skip
             return
         self.failing = time.monotonic()
+        # The rows held now, counted as the WARNING is logged: those taken while the bound was
+        # larger (it follows the last second's writes of ends) may be more than it is now.
+        held = self.bound.held()
         bound = (
             "" if self.group is None
-            else f". Meanwhile this process takes no new row while it holds "
-            f"{count_of(self.bound.most(), 'row')} or more whose ends are not written"
+            else f". This process holds {count_of(held, 'row')} whose "
+            f"{'end is' if held == 1 else 'ends are'} not written now, and takes no new row "
+            f"while it holds {self.bound.most():,} or more"
         )  # fmt: skip
         log.warning(
-            "writing ends failed with %s: %s (%s row %d). Until an end is written again, the "
-            "rows whose ends are not written stay running under their leases: %s, and a row "
-            "whose end is never written runs again once its lease runs out%s",
+            "writing ends failed with %s: %s (the end of %s row %d). Until an end is written "
+            "again, the rows whose ends are not written stay running under their leases: %s, "
+            "and a row whose end is never written runs again once its lease runs out%s",
             name, said, kind, row_id, again, bound, extra=fields,
         )  # fmt: skip
 
@@ -387,11 +392,13 @@ def _log_failure(
     """Log a failed attempt as its row keeps it: the message as given (its parts escaped by the
     caller), and the row's traceback (bounded, escaped, its lines kept) as the record's
     exception text, which a handler prints below the message (or, as JSON, in one field). The
-    exception itself stays attached (`exc_info`) for an error tracker to read."""
+    exception itself stays attached (`exc_info`) for an error tracker to read. The record names
+    the caller's line and function, as a record `log.log` made there would."""
     if not log.isEnabledFor(level):
         return
+    path, line, function, _stack = log.findCaller(stacklevel=2)
     record = log.makeRecord(
-        log.name, level, __file__, 0, message, args, exc_info(error), extra=fields
+        log.name, level, path, line, message, args, exc_info(error), function, fields
     )
     trace = traceback.rstrip("\n")
     record.exc_text = printable(trace, lines=True) if trace else None

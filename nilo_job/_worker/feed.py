@@ -81,7 +81,10 @@ class Bound:
     then runs again: this process still holds it (`unwritten`) until its lease may have run out,
     `lease_ms` after the failure (its lease is renewed no more: the beat renews only the rows
     serve runs). `freed()` is called whenever the bound may have room again: such a row is
-    forgotten, or ends are written again after failing.
+    forgotten, or ends are written again after failing. `held()` counts the rows held now
+    (serve's feed counts them: `Feed.held`), which may be more than `most()`: the rows taken
+    while the bound was larger stay held as it shrinks (ends begin to fail, or no write of ends
+    came back for `RECENT_S`).
 
     Args:
         lease_ms: the queue's lease, in milliseconds.
@@ -91,6 +94,7 @@ class Bound:
         self.lease_ms = lease_ms
         self.unwritten: dict[int, asyncio.TimerHandle] = {}  # row id: the timer to forget it
         self.freed: Callable[[], None] = _nothing
+        self.held: Callable[[], int] = self.unwritten.__len__  # (serve's feed: `Feed.held`)
         self.base = 0  # `HELD_PER_WORKER` per worker, while serve runs
         self.wrote = 0  # the ends of the largest recent write of ends
         self.wrote_at = 0.0  # when it was written (monotonic, s)
@@ -178,6 +182,7 @@ class Feed:
         self.closed = False
         self.bound = bound  # on the rows held whose ends are not yet written
         bound.freed = self._room_back
+        bound.held = self.held
         self.starved = False  # the bound left the claim loop less than it wanted
 
     @property
@@ -208,6 +213,13 @@ class Feed:
         settle(freed)  # (if its run had not freed the worker yet)
         if self.starved or (self.rows and self.idle):  # (rows wait for idle workers: the bound)
             self._room_back()
+
+    def held(self) -> int:
+        """How many rows this process holds now whose ends are not yet written, each once: the
+        rows started and not yet ended, those claimed and waiting here, and the unwritten ones.
+        (What a push in flight may claim is not held yet.)"""
+        waiting = (row.id for row, _claimed_at in self.rows)
+        return len({*self.tasks.values(), *waiting, *self.bound.unwritten})
 
     def startable(self) -> bool:
         """Whether a row may start now: fewer than the bound are started and not yet ended, or

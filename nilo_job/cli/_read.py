@@ -203,6 +203,8 @@ def list_rows(
     Without --state it lists rows of every state, in that order, with no further pages. With
     --state, when more rows match, the last line gives the cursor of the next page: pass it
     as --after. WHEN is the time due (queued), started (running), died (dead) or finished (done).
+    ERROR is the last failure's class name; a done row's is "-" (`show` tells an earlier
+    attempt's failure).
 
     --json prints {"rows": [a row as `show --json` prints it, …], "next": cursor or null}.
     """
@@ -234,7 +236,7 @@ def list_rows(
                     row.state,
                     str(row.attempts),
                     "-" if (at := when(row)) is None else utc(at),
-                    row.error or "-",
+                    "-" if row.state == "done" else row.error or "-",
                     cut(payload_text(row), 60),
                 )
                 for row in found.rows
@@ -259,8 +261,9 @@ def show(target: str, row_id: int, as_json: bool) -> None:
     """Print the row ID's whole story: kind, state, payload, unique key, when it was pushed, due,
     started, finished or died (UTC), attempts, snoozes, lease, worker, the last error's name,
     message, a done row's result, the last traceback, then its attempts (the newest 20), one
-    line each: number, outcome, start and end (UTC), worker, error and message. Exits 1 when there
-    is no such row.
+    line each: number, outcome, start and end (UTC), worker, error and message. A done row's
+    error is the failure of an earlier attempt: "last failure (attempt N): NAME". Exits 1 when
+    there is no such row.
 
     --json prints every field of job.Row, times in microseconds since the epoch.
     """
@@ -288,18 +291,36 @@ def show(target: str, row_id: int, as_json: bool) -> None:
         ("died", utc_exact(row.died_at)),
         ("lease until", utc_exact(row.lease_until)),
         ("worker", row.worker or "-"),
-        ("error", row.error or "-"),
+        ("error", error_text(row)),
         ("message", row.message or "-"),
         ("result", "-" if row.state != "done" else one_line(row.result)),
     ]
     click.echo(fields_text(fields))
     if row.traceback:
-        click.echo("traceback:")
+        click.echo("traceback:" if row.state != "done" else f"traceback of the {failed(row)}:")
         traceback = printable(row.traceback.rstrip("\n"), lines=True)
         click.echo("\n".join("  " + line for line in traceback.split("\n")))
     if row.attempts_log:
         click.echo("attempts:")
         click.echo("\n".join(attempt_line(attempt) for attempt in row.attempts_log))
+
+
+def failed(row: Row) -> str:
+    """A done row's last failure, an earlier attempt's: "last failure (attempt N)", N the
+    newest of its attempts kept that failed, or "last failure (an earlier attempt)" when none
+    of those did."""
+    numbers = [attempt.attempt for attempt in row.attempts_log if attempt.error is not None]
+    return (
+        f"last failure (attempt {numbers[-1]})" if numbers else "last failure (an earlier attempt)"
+    )
+
+
+def error_text(row: Row) -> str:
+    """`show`'s error: the last failure's class name, or "-"; for a done row, labelled as an
+    earlier attempt's failure."""
+    if not row.error:
+        return "-"
+    return row.error if row.state != "done" else f"{failed(row)}: {row.error}"
 
 
 def attempt_line(attempt: Attempt) -> str:

@@ -353,3 +353,123 @@ def test_show_lists_every_attempt_one_line_each(url: str) -> None:
         (3, "dead", t + 2_000_000),
         (1, "done", t + 3_000_000),
     ]
+
+
+async def _failed_once_then_done(jobs: job.Jobs, t: int) -> job.Row:
+    """Push a `Flaky` that fails its first run (at t) and is done at its second (at t + 1 s):
+    the done row, as `jobs.row` reads it."""
+    row_id = await jobs.push(Flaky(f"once-{t}-{id(jobs)}", fails=1), at=t)
+    assert row_id is not None
+    assert await jobs.run_one_at(t) is True
+    assert await jobs.run_one_at(t + 1_000_000) is True
+    row = await jobs.row(row_id)
+    assert row is not None
+    return row
+
+
+def _shown_done(row: job.Row, traceback: str = "") -> str:
+    """What `show` prints of `row`, a done row whose first attempt failed and whose second was
+    done (`traceback`: the lines a store that keeps the failure's traceback prints)."""
+    assert row.pushed_at is not None
+    assert row.started_at is not None
+    assert row.finished_at is not None
+    first, done = row.attempts_log
+    assert done.started_at is not None
+    return (
+        f"id           {row.id}\n"
+        "kind         flaky\n"
+        "state        done\n"
+        f"payload      {json.dumps(row.payload, separators=(',', ':'))}\n"
+        "key          -\n"
+        "attempts     2\n"
+        "snoozes      -\n"
+        f"pushed       {utc_exact(row.pushed_at)}\n"
+        f"due          {utc_exact(row.run_at)}\n"
+        f"started      {utc_exact(row.started_at)}\n"
+        f"finished     {utc_exact(row.finished_at)}\n"
+        "died         -\n"
+        "lease until  -\n"
+        f"worker       {row.worker}\n"
+        "error        last failure (attempt 1): ConnectionError\n"
+        "message      the provider is down (run 1)\n"
+        'result       "sent"\n'
+        f"{traceback}"
+        "attempts:\n"
+        f"   1  retrying  {utc_exact(first.ended_at)}  {utc_exact(first.ended_at)}  "
+        f"{row.worker}  ConnectionError: the provider is down (run 1)\n"
+        f"   2  done      {utc_exact(done.started_at)}  {utc_exact(done.ended_at)}  "
+        f"{row.worker}  -\n"
+    )
+
+
+def test_a_done_row_that_failed_before_shows_that_failure_as_an_earlier_attempts(url: str) -> None:
+    """A row that failed once and then succeeded keeps its last error: `list` shows no ERROR for
+    it (it did not fail), `show` labels the error as an earlier attempt's failure, and --json
+    prints every field as it is."""
+    t = (job.now_us() // 1_000_000 + 1) * 1_000_000  # soon (a retry is due now), on a second
+
+    async def go() -> job.Row:
+        store = job.Table(url)
+        try:
+            await store.create_missing()
+            return await _failed_once_then_done(job.Jobs(kinds=[Flaky], store=store), t)
+        finally:
+            await store.close()
+
+    row = asyncio.run(go())
+    assert (row.id, row.state, row.finished_at) == (1, "done", t + 1_000_000)
+    assert (row.error, row.message, row.traceback) == (
+        "ConnectionError",
+        "the provider is down (run 1)",
+        None,  # a table's done row keeps no traceback
+    )
+    assert [(a.attempt, a.outcome, a.ended_at) for a in row.attempts_log] == [
+        (1, "retrying", t),
+        (2, "done", t + 1_000_000),
+    ]
+    payload = json.dumps(row.payload, separators=(",", ":"))
+
+    done = nilo_job("list", url)
+    assert (done.exit_code, done.stdout) == (
+        0,
+        "ID  KIND   STATE  ATTEMPTS  WHEN (UTC)           ERROR  PAYLOAD\n"
+        f"1   flaky  done   2         {utc_exact(t + 1_000_000)[:19]}  -      {payload}\n",
+    )
+    done = nilo_job("show", url, "1")
+    assert (done.exit_code, done.stdout) == (0, _shown_done(row))
+
+    # --json keeps the row's fields as they are: its last error included.
+    done = nilo_job("show", url, "1", "--json")
+    assert json.loads(done.stdout) == json.loads(json.dumps(dataclasses.asdict(row)))
+    done = nilo_job("list", url, "--json")
+    assert json.loads(done.stdout) == {"rows": [listed(row)], "next": None}
+
+
+MEMORY: job.Jobs | None = None
+"""A queue over a `job.Memory` store, for `nilo-job show tests.cli.test_cli_rows:MEMORY`."""
+
+
+def test_show_heads_a_done_rows_traceback_as_the_earlier_attempts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that keeps a done row's last traceback (`job.Memory`): `show` heads it as the
+    traceback of the earlier attempt's failure."""
+    t = (job.now_us() // 1_000_000 + 1) * 1_000_000
+    jobs = job.Jobs(kinds=[Flaky], store=job.Memory())
+    row = asyncio.run(_failed_once_then_done(jobs, t))
+    monkeypatch.setattr(f"{__name__}.MEMORY", jobs)
+    raising = '            raise ConnectionError(f"the provider is down (run {n})")'
+    path = Flaky.run.__code__.co_filename
+    line = Path(path).read_text().splitlines().index(raising) + 1
+    done = nilo_job("show", f"{__name__}:MEMORY", str(row.id))
+    assert (done.exit_code, done.stdout) == (
+        0,
+        _shown_done(
+            row,
+            "traceback of the last failure (attempt 1):\n"
+            "  Traceback (most recent call last):\n"
+            f'    File "{path}", line {line}, in run\n'
+            f"      {raising.strip()}\n"
+            "  ConnectionError: the provider is down (run 1)\n",
+        ),
+    )
