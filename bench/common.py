@@ -43,7 +43,7 @@ def arguments(actions: Sequence[str]) -> argparse.Namespace:
     """The command line every subject script takes."""
     parser = argparse.ArgumentParser()
     parser.add_argument("action", choices=actions)
-    parser.add_argument("--url", required=True, help="postgresql://… or sqlite:///…")
+    parser.add_argument("--url", required=True, help="postgresql://…, sqlite:///… or mariadb://…")
     parser.add_argument("--url2", help="a second database (claim cost: the one with dead rows)")
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=4)
@@ -72,6 +72,26 @@ def arguments(actions: Sequence[str]) -> argparse.Namespace:
 
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite:")
+
+
+def is_mysql(url: str) -> bool:
+    """A MariaDB or MySQL URL (`mariadb://…`, `mysql://…`)."""
+    return url.startswith(("mariadb:", "mysql:"))
+
+
+def mysql_params(url: str) -> dict[str, Any]:
+    """The connection arguments asyncmy and PyMySQL take for `mariadb://user:password@host:port/
+    database` (the user and the password percent-encoded, as the store reads them)."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": parts.path.lstrip("/") or None,
+    }
 
 
 def sqlite_path(url: str) -> str:

@@ -1,6 +1,6 @@
 """nilo-job's side of the benchmark, through its public API only (run with the project's .venv).
 
-    .venv/bin/python bench/nilo.py ACTION --url postgresql://…|sqlite:///… [--jobs N] …
+    .venv/bin/python bench/nilo.py ACTION --url postgresql://…|sqlite:///…|mariadb://… [--jobs N] …
 
 Every action prints one `RESULT {json}` line (see bench/common.py). The job is a no-op
 `async def run`; a hook set per action counts or timestamps runs.
@@ -106,9 +106,13 @@ async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
     each on its own connection: all meet the same moments of a shared machine, so their ratios
     hold still where two separate 8-second runs can differ by two. `rate` is nilo's, `raw_rate`
     and `raw_sync_rate` raw SQL's (`bench/raw.py`'s table and INSERT), `ratio` and `ratio_sync`
-    nilo's rate ÷ each of those."""
-    import psycopg
+    nilo's rate ÷ each of those. On MariaDB: nilo against raw SQL's INSERT on an asyncmy
+    connection in autocommit (`raw.maria_insert`), the store's driver."""
     import raw
+
+    if common.is_mysql(args.url):
+        return await _w1_paired_mariadb(args)
+    import psycopg
 
     jobs = queue(await ready_store(args.url), args)
     conn = await raw.pg_ready(args.url)
@@ -138,6 +142,31 @@ async def w1_paired(args: argparse.Namespace) -> dict[str, Any]:
         raw_sync_rate=done / sync_s,
         ratio_sync=sync_s / nilo_s,
         capped=done < args.jobs,
+    )
+
+
+async def _w1_paired_mariadb(args: argparse.Namespace) -> dict[str, Any]:
+    """`w1_paired` on MariaDB: nilo's push and raw SQL's INSERT, both in autocommit through
+    asyncmy, alternated push by push."""
+    import raw
+
+    jobs = queue(await ready_store(args.url), args)
+    conn = await raw.maria_ready(args.url)
+    cur = conn.cursor()
+
+    async def raw_insert(i: int) -> None:
+        await raw.maria_insert(cur, i)
+
+    async def nilo_push(i: int) -> None:
+        await jobs.push(Noop(i))
+
+    both = [("nilo", nilo_push), ("raw", raw_insert)]
+    done, spent = await common.alternated(both, args.jobs, args.cap_s)
+    await cur.close()
+    conn.close()
+    nilo_s, raw_s = spent["nilo"], spent["raw"]
+    return common.rate(
+        done, nilo_s, raw_rate=done / raw_s, ratio=raw_s / nilo_s, capped=done < args.jobs
     )
 
 
@@ -233,6 +262,22 @@ async def undone_reader(url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]
             yield lite
         finally:
             conn.close()
+        return
+    if common.is_mysql(url):
+        import raw
+
+        maria = await raw.maria_connect(url)
+
+        async def maria_count() -> int:
+            async with maria.cursor() as cur:  # autocommit: each count sees the latest commits
+                await cur.execute("SELECT count(*) FROM nilo_jobs")
+                row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        try:
+            yield maria_count
+        finally:
+            maria.close()
         return
     import psycopg
 
@@ -384,8 +429,74 @@ def _add_dead_sqlite(path: str, n: int) -> None:
         conn.execute("COMMIT")
 
 
-def _analyze(url: str) -> None:
-    if common.is_sqlite(url):
+async def _maria(url: str, *statements: str) -> None:
+    """`statements` in autocommit on an asyncmy connection of this script's own."""
+    import raw
+
+    conn = await raw.maria_connect(url)
+    try:
+        async with conn.cursor() as cur:
+            for statement in statements:
+                await cur.execute(statement)
+                await cur.fetchall()
+    finally:
+        conn.close()
+
+
+async def _add_dead_mariadb(url: str, n: int) -> None:
+    """`n` dead rows, inserted from MariaDB's Sequence engine (`seq_1_to_N`, a table that
+    exists in every database) in statements of 100,000 rows, each its own transaction."""
+    step = 100_000
+    await _maria(
+        url,
+        *(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, error, detail, "
+            "died_at) SELECT 'noop', '{\"i\":0}', 'dead', seq, 1, 'Boom', 'no-op failed', seq "
+            f"FROM seq_{first}_to_{min(first + step - 1, n)}"
+            for first in range(1, n + 1, step)
+        ),
+    )
+
+
+async def _explain_mariadb(url: str) -> dict[str, Any]:
+    """The plan of the claim's SELECT (the statement `store.claim` sends for one kind, with a
+    limit of 4): `EXPLAIN`'s rows, whether every arm reads a range or a ref of an index (no
+    full scan), and from `ANALYZE FORMAT=JSON` (which runs it, in autocommit: the rows it locks
+    are let go at once) the index entries each arm read."""
+    import json
+
+    import raw
+
+    from nilo_job.store.mysql.statements import claim_params, claim_statement
+
+    query, params = claim_statement(1), claim_params(["noop"], job.now_us(), 4)
+    conn = await raw.maria_connect(url)
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("EXPLAIN " + query, params)
+            names = [column[0] for column in cur.description]
+            rows = [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+            await cur.execute("ANALYZE FORMAT=JSON " + query, params)
+            analyzed = json.loads((await cur.fetchone())[0])
+    finally:
+        conn.close()
+    block = analyzed["query_block"]
+    union = block.get("union_result", {}).get("query_specifications")
+    arms = [arm["query_block"] for arm in union] if union else [block]  # (one arm: no union)
+    read = [arm.get("nested_loop", [{}])[0].get("table", {}) for arm in arms]
+    return {
+        "explain": rows,
+        "explain_index_only": all(
+            row["type"] in ("range", "ref", "eq_ref", "const") and row["key"] for row in rows
+        ),
+        "analyze_rows_read": [{"key": t.get("key"), "r_rows": t.get("r_rows")} for t in read],
+    }
+
+
+async def _analyze(url: str) -> None:
+    if common.is_mysql(url):
+        await _maria(url, "ANALYZE TABLE nilo_jobs")
+    elif common.is_sqlite(url):
         with contextlib.closing(sqlite3.connect(common.sqlite_path(url))) as conn:
             conn.execute("ANALYZE")
     else:
@@ -397,7 +508,8 @@ def _analyze(url: str) -> None:
 
 async def claim_cost(args: argparse.Namespace) -> dict[str, Any]:
     """Median latency of `store.claim(kinds, now, lease, limit=4)` on a table with 100 due rows
-    (`--url`) against one with 100 due rows and `--dead` dead rows (`--url2`), alternating."""
+    (`--url`) against one with 100 due rows and `--dead` dead rows (`--url2`), alternating. On
+    MariaDB, also the plan of the claim's SELECT on the big table (`_explain_mariadb`)."""
     assert args.url2, "claim_cost needs --url2"
     stores = {}
     for name, url in (("empty", args.url), ("dead", args.url2)):
@@ -407,12 +519,14 @@ async def claim_cost(args: argparse.Namespace) -> dict[str, Any]:
             began = time.perf_counter()
             if common.is_sqlite(url):
                 _add_dead_sqlite(common.sqlite_path(url), args.dead)
+            elif common.is_mysql(url):
+                await _add_dead_mariadb(url, args.dead)
             else:
                 _add_dead_pg(url, args.dead)
             print(f"{args.dead} dead rows in {time.perf_counter() - began:.1f} s", file=sys.stderr)
         jobs = queue(store, args)
         await jobs.push_many([Noop(i) for i in range(100)])
-        _analyze(url)
+        await _analyze(url)
         await store.open()
         stores[name] = store
     samples: dict[str, list[int]] = {"empty": [], "dead": []}
@@ -429,11 +543,13 @@ async def claim_cost(args: argparse.Namespace) -> dict[str, Any]:
                 samples[name].append(took)
     counts = {name: await store.stats() for name, store in stores.items()}
     empty, dead = common.percentiles(samples["empty"]), common.percentiles(samples["dead"])
+    plan = await _explain_mariadb(args.url2) if common.is_mysql(args.url2) else {}
     return {
         "empty": empty,
         "dead": dead,
         "dead_rows": counts["dead"].dead,
         "ratio": dead["p50_ms"] / empty["p50_ms"],
+        **plan,
     }
 
 

@@ -1,11 +1,13 @@
 """The raw-SQL baselines: the same patterns as the workloads, with no job library in between.
 
-    .venv/bin/python bench/raw.py ACTION --url postgresql://…|sqlite:///… [--jobs N] …
+    .venv/bin/python bench/raw.py ACTION --url postgresql://…|sqlite:///…|mariadb://… [--jobs N] …
 
 PostgreSQL through psycopg 3's async connections (the driver nilo-job uses), SQLite through the
-standard library's `sqlite3` (synchronous calls, no thread hop). The table has nilo-job's shape
-(the same columns and partial indexes), written out here so that the baseline does not move when
-the library changes. The INSERT sends no NOTIFY: it is the floor for "a row and a commit".
+standard library's `sqlite3` (synchronous calls, no thread hop), MariaDB through asyncmy's (the
+driver nilo-job's MariaDB/MySQL store uses), with the store's session (READ COMMITTED). The
+table has nilo-job's shape on each (the same columns and indexes, partial on PostgreSQL and
+SQLite), written out here so that the baseline does not move when the library changes. The
+INSERT sends no NOTIFY and wakes nobody: it is the floor for "a row and a commit".
 """
 
 from __future__ import annotations
@@ -59,6 +61,38 @@ CREATE INDEX IF NOT EXISTS raw_jobs_due ON raw_jobs (run_at, id) WHERE state = '
 CREATE INDEX IF NOT EXISTS raw_jobs_lease ON raw_jobs (lease_until, id) WHERE state = 'running';
 """
 
+MARIA_DDL = """
+CREATE TABLE IF NOT EXISTS raw_jobs (
+    id          bigint       NOT NULL AUTO_INCREMENT,
+    kind        varchar(255) NOT NULL,
+    payload     longtext     NOT NULL,
+    state       varchar(7)   NOT NULL,
+    run_at      bigint       NOT NULL,
+    lease_until bigint,
+    attempts    int          NOT NULL DEFAULT 0,
+    unique_key  varchar(255),
+    error       text,
+    detail      text,
+    died_at     bigint,
+    traceback   mediumtext,
+    pushed_at   bigint,
+    started_at  bigint,
+    worker      text,
+    snoozes     int          NOT NULL DEFAULT 0,
+    trace       text,
+    PRIMARY KEY (id),
+    CONSTRAINT raw_jobs_state CHECK (state IN ('queued', 'running', 'dead')),
+    UNIQUE KEY raw_jobs_unique (kind, unique_key),
+    KEY raw_jobs_due (state, kind, run_at, id),
+    KEY raw_jobs_lease (state, kind, lease_until, id),
+    KEY raw_jobs_order (state, run_at, id),
+    KEY raw_jobs_dead (state, died_at, id),
+    KEY raw_jobs_dead_kind (state, kind, died_at, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin
+"""
+"""nilo_jobs' columns and indexes as the MariaDB store makes them (no partial indexes there:
+each leads with the state), so that a raw INSERT writes as many index entries as a push."""
+
 PG_INSERT = (
     "INSERT INTO raw_jobs (kind, payload, state, run_at) VALUES ('noop', %s::json, 'queued', %s) "
     "RETURNING id"
@@ -84,6 +118,23 @@ SQLITE_INSERT = (
 SQLITE_INSERT_MANY = (
     "INSERT INTO raw_jobs (kind, payload, state, run_at) VALUES ('noop', ?, 'queued', ?)"
 )
+MARIA_INSERT = (
+    "INSERT INTO raw_jobs (kind, payload, state, run_at, pushed_at) "
+    "VALUES ('noop', %s, 'queued', %s, %s)"
+)
+"""Its id is the connection's last insert id, which the server's answer carries (no round trip
+more), as for the store's push."""
+MARIA_PICK = (
+    "SELECT id, payload, attempts FROM raw_jobs FORCE INDEX (raw_jobs_due) "
+    "WHERE state = 'queued' AND kind = 'noop' AND run_at <= %s "
+    "ORDER BY run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+MARIA_TAKE = (
+    "UPDATE raw_jobs SET state = 'running', lease_until = %s, attempts = attempts + 1 "
+    "WHERE id IN ({})"
+)
+MARIA_DONE = "DELETE FROM raw_jobs WHERE id IN ({})"
+
 SQLITE_CLAIM = """
 UPDATE raw_jobs SET state = 'running', lease_until = :lease, attempts = attempts + 1
 WHERE id IN (SELECT id FROM raw_jobs WHERE state = 'queued' AND run_at <= :now
@@ -139,6 +190,102 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
 
 
+# ---------------------------------------------------------------------------------- MariaDB
+
+
+async def maria_connect(url: str) -> Any:
+    """An asyncmy connection in autocommit, with the session the store sets (UTC, strict,
+    READ COMMITTED: a locking read locks only the rows it takes, no gap locks)."""
+    import asyncmy
+
+    conn = await asyncmy.connect(**common.mysql_params(url), charset="utf8mb4", autocommit=True)
+    async with conn.cursor() as cur:
+        await cur.execute(
+            "SET SESSION time_zone = '+00:00', "
+            "SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
+        )
+        await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
+
+async def maria_ready(url: str) -> Any:
+    conn = await maria_connect(url)
+    async with conn.cursor() as cur:
+        await cur.execute(MARIA_DDL)
+    return conn
+
+
+async def maria_insert(cur: Any, i: int) -> int:
+    """One row in autocommit (one round trip: the server commits it); its id."""
+    now = now_us()
+    await cur.execute(MARIA_INSERT, (payload(i), now, now))
+    return int(cur.lastrowid)
+
+
+async def _maria_fill(conn: Any, jobs: int) -> None:
+    async with conn.cursor() as cur:
+        for first in range(0, jobs, 1_000):
+            idx = range(first, min(first + 1_000, jobs))
+            at = now_us()
+            marks = ", ".join(["('noop', %s, 'queued', %s)"] * len(idx))
+            params = [value for i in idx for value in (payload(i), at)]
+            await cur.execute(
+                f"INSERT INTO raw_jobs (kind, payload, state, run_at) VALUES {marks}", params
+            )
+
+
+async def maria_w2(args: argparse.Namespace) -> dict[str, Any]:
+    """Raw W2 on MariaDB: `--workers` loops, each on its own connection, of: BEGIN, a locking
+    read of `--claim` due rows (SKIP LOCKED), an UPDATE of them, COMMIT; then BEGIN, DELETE
+    them, COMMIT."""
+    first = await maria_ready(args.url)
+    if not args.no_fill:
+        await _maria_fill(first, args.jobs)
+    conns = [first, *[await maria_connect(args.url) for _ in range(args.workers - 1)]]
+    done = 0
+    finished = asyncio.Event()
+    ended_at = 0.0
+
+    async def worker(conn: Any) -> None:
+        nonlocal done, ended_at
+        async with conn.cursor() as cur:
+            while not finished.is_set():
+                if args.cap_s > 0 and time.perf_counter() - began > args.cap_s:
+                    ended_at = time.perf_counter()
+                    finished.set()
+                    return
+                now = now_us()
+                await conn.begin()
+                await cur.execute(MARIA_PICK, (now, args.claim))
+                ids = [r[0] for r in await cur.fetchall()]
+                if ids:
+                    marks = ", ".join(["%s"] * len(ids))
+                    await cur.execute(MARIA_TAKE.format(marks), (now + 60_000_000, *ids))
+                await conn.commit()
+                if not ids:
+                    await asyncio.sleep(0.001)
+                    continue
+                await conn.begin()
+                await cur.execute(MARIA_DONE.format(marks), ids)
+                await conn.commit()
+                done += len(ids)
+                if done >= args.jobs and not finished.is_set():
+                    ended_at = time.perf_counter()
+                    finished.set()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in conns))
+    for conn in conns:
+        conn.close()
+    return common.rate(
+        min(done, args.jobs),
+        ended_at - began,
+        capped=done < args.jobs,
+        claim=args.claim,
+        connections=len(conns),
+    )
+
+
 # ----------------------------------------------------------------------------------- SQLite
 
 
@@ -166,6 +313,18 @@ async def w1_one(args: argparse.Namespace, explicit: bool = False) -> dict[str, 
             conn.execute(SQLITE_INSERT, (payload(i), now_us())).fetchone()
             conn.execute("COMMIT")
             watch.done += 1
+        return watch.result(args.jobs, connections=1)
+    if common.is_mysql(args.url):
+        assert not explicit, "MariaDB: the lone INSERT in autocommit only"
+        maria = await maria_ready(args.url)
+        watch = common.Stopwatch(args.cap_s)
+        async with maria.cursor() as cur:
+            for i in range(args.jobs):
+                if watch.over():
+                    break
+                await maria_insert(cur, i)
+                watch.done += 1
+        maria.close()
         return watch.result(args.jobs, connections=1)
     conn = await pg_ready(args.url)
     watch = common.Stopwatch(args.cap_s)
@@ -232,9 +391,9 @@ async def _pg_fill(conn: Any, jobs: int) -> None:
 
 
 async def w2(args: argparse.Namespace) -> dict[str, Any]:
-    """`--jobs` rows queued first; then `--workers` loops, each on its own connection (PG) or
-    all on the one connection (SQLite), of: claim `--claim` rows (SKIP LOCKED on PG) and
-    commit, then delete them and commit."""
+    """`--jobs` rows queued first; then `--workers` loops, each on its own connection (PG,
+    MariaDB) or all on the one connection (SQLite), of: claim `--claim` rows (SKIP LOCKED on PG
+    and MariaDB) and commit, then delete them and commit."""
     if common.is_sqlite(args.url):
         conn = sqlite_ready(args.url)
         if not args.no_fill:
@@ -257,6 +416,8 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
             conn.execute("COMMIT")
             watch.done += len(rows)
         return watch.result(args.jobs, claim=args.claim, connections=1)
+    if common.is_mysql(args.url):
+        return await maria_w2(args)
     first = await pg_ready(args.url)
     if not args.no_fill:
         await _pg_fill(first, args.jobs)

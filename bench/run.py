@@ -3,6 +3,7 @@
     .venv/bin/python bench/run.py                      # the full run (10,000 jobs, median of 3)
     .venv/bin/python bench/run.py --quick              # 2,000 jobs, one repetition
     .venv/bin/python bench/run.py --only W2,idle --stores pg --subjects nilo,pgqueuer
+    .venv/bin/python bench/run.py --only W1,W2,W3,claim --stores mariadb,pg
 
 It installs the peers (procrastinate, pgqueuer, oban, huey) and matplotlib into
 `bench/.peers/venv` on first use, runs every workload as a subprocess per subject in a fresh
@@ -94,7 +95,7 @@ TITLES = {
 @dataclass(frozen=True)
 class Case:
     workload: str
-    store: str  # "pg" | "sqlite"
+    store: str  # "pg" | "sqlite" | "mariadb"
     subject: str  # "nilo", "raw", "raw_tx", "raw_claim1", "raw_claim100", or a peer
     script: str  # relative to bench/
     action: str
@@ -176,6 +177,15 @@ def all_cases() -> list[Case]:
     add("idle", "sqlite", "nilo", "idle_worker")
     add("idle", "sqlite", "huey", "idle_worker")
     add("claim", "sqlite", "nilo", "claim_cost")
+    # MariaDB (`--stores mariadb`): nilo-job against raw SQL on the store's driver (asyncmy)
+    add("w1_one", "mariadb", "nilo", "w1_one")
+    add("w1_one", "mariadb", "raw", "w1_one")
+    add("w1_one", "mariadb", "nilo_paired", "w1_paired")  # nilo and raw SQL, push by push
+    add("w2_1x4", "mariadb", "nilo", "w2")
+    add("w2_1x4", "mariadb", "raw_claim1", "w2", "--claim", "1")
+    add("w2_1x4", "mariadb", "raw_claim100", "w2", "--claim", "100")
+    add("w3_xproc", "mariadb", "nilo", "w3_xproc")
+    add("claim", "mariadb", "nilo", "claim_cost")
     return cases
 
 
@@ -276,6 +286,29 @@ class Places:
     pg_base: str
     tmp: Path
     made: int = 0
+    mariadb_base: str = "mariadb://root@127.0.0.1:3306"
+
+    def mariadb_admin(self) -> Any:
+        """A PyMySQL connection to the MariaDB server, in autocommit, no database chosen."""
+        import pymysql
+
+        if str(BENCH) not in sys.path:
+            sys.path.insert(0, str(BENCH))
+        import common
+
+        params = {**common.mysql_params(self.mariadb_base), "database": None}
+        return pymysql.connect(**params, autocommit=True, charset="utf8mb4")
+
+    def mariadb_show(self, *names: str) -> dict[str, str]:
+        """The server's variables `names`, and its version."""
+        with contextlib.closing(self.mariadb_admin()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT version()")
+            found = {"version": str(cur.fetchone()[0])}
+            for name in names:
+                cur.execute("SHOW GLOBAL VARIABLES LIKE %s", (name,))
+                row = cur.fetchone()
+                found[name] = str(row[1]) if row else "?"
+        return found
 
     def pg_admin(self, wait_s: float = 180.0) -> Any:
         """A connection to the `postgres` database; waits for a server that is restarting (the
@@ -298,9 +331,19 @@ class Places:
 
     @contextlib.contextmanager
     def database(self, store: str) -> Iterator[str]:
-        """A fresh, empty database (PG) or file (SQLite) for one case; gone afterwards."""
+        """A fresh, empty database (PG, MariaDB) or file (SQLite) for one case; gone
+        afterwards."""
         self.made += 1
         name = f"nilo_bench_{os.getpid()}_{self.made}"
+        if store == "mariadb":
+            with contextlib.closing(self.mariadb_admin()) as conn, conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE `{name}`")
+            try:
+                yield f"{self.mariadb_base}/{name}"
+            finally:
+                with contextlib.closing(self.mariadb_admin()) as conn, conn.cursor() as cur:
+                    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            return
         if store == "sqlite":
             path = self.tmp / f"{name}.db"
             try:
@@ -735,6 +778,9 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                         for k in good[0][name]
                         if _number(good[0][name][k])
                     }
+            for name in ("explain", "analyze_rows_read", "explain_index_only"):
+                if name in good[0]:
+                    entry[name] = good[0][name]  # (the first run's: a plan, not a figure)
             entry["capped"] = any(g.get("capped") for g in good)
             if "rate" in entry:
                 entry["rates"] = [g["rate"] for g in good]
@@ -779,6 +825,9 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[Target]:
         return a / b if a is not None and b else None
 
     lite_one = get("sqlite/w1_one/nilo", "rate")
+    maria_one = ratio(get("mariadb/w1_one/nilo", "rate"), get("mariadb/w1_one/raw", "rate"))
+    maria_paired = get("mariadb/w1_one/nilo_paired", "ratio")
+    maria_w2 = get("mariadb/w2_1x4/nilo", "rate")
     w3_nilo = get("pg/w3_xproc/nilo", "p50_ms")
     lite_done = get("sqlite/w3_xproc/nilo", "done_p50_ms")
     out = [
@@ -878,6 +927,25 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[Target]:
             get("sqlite/claim/nilo", "ratio"), "median claim with 1M dead rows ÷ on an empty table",
         ),
         Target(
+            "w1_one_mariadb", "W1 one by one, one producer, MariaDB", ">=", 0.8,
+            maria_paired if maria_paired is not None else maria_one,
+            "nilo ÷ raw INSERT (autocommit) through asyncmy on 1 connection, "
+            + ("alternated push by push in one process (in separate runs: "
+               f"{_fmt(maria_one, 2)} ×)" if maria_paired is not None
+               else "in separate runs (`nilo_paired`, alternated, did not run)"),
+        ),
+        Target(
+            "w2_mariadb", "W2, 1 process × 4, MariaDB, against PG", ">=", 0.5,
+            ratio(maria_w2, get("pg/w2_1x4/nilo", "rate")),
+            "nilo on MariaDB ÷ nilo on PostgreSQL, this run (nilo ÷ raw claim 100 on MariaDB: "
+            f"{_fmt(ratio(maria_w2, get('mariadb/w2_1x4/raw_claim100', 'rate')), 2)} ×)",
+        ),
+        Target(
+            "claim_mariadb", "claim on 1,000,000 finished rows, MariaDB", "<=", 1.2,
+            get("mariadb/claim/nilo", "ratio"),
+            "median claim with 1M dead rows ÷ on an empty table",
+        ),
+        Target(
             "idle_pg", "idle, PG", "<=", 1.0,
             get("pg/idle/nilo", "claims_per_worker_per_poll"),
             "claims per worker per poll_ms (4 workers, poll_ms=1000)", "claims",
@@ -888,7 +956,9 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[Target]:
             "claims per worker per poll_ms (4 workers, poll_ms=1000)", "claims",
         ),
     ]  # fmt: skip
-    return out  # noqa: RET504
+    if not any(key.startswith("mariadb/") for key in summary):
+        out = [t for t in out if not t.id.endswith("_mariadb")]  # (an optional store)
+    return out
 
 
 # ------------------------------------------------------------------------------- the report
@@ -950,6 +1020,16 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
         f"- PostgreSQL: {meta.get('postgres', '?')}; fsync={meta.get('pg_fsync', '?')}, "
         f"synchronous_commit={meta.get('pg_synchronous_commit', '?')}",
         f"- SQLite {meta['machine']['sqlite']} (nilo-job and huey: WAL, synchronous=FULL)",
+        *(
+            [
+                f"- MariaDB {meta['mariadb'].get('version', '?')}; innodb_flush_log_at_trx_commit="
+                f"{meta['mariadb'].get('innodb_flush_log_at_trx_commit', '?')}, log_bin="
+                f"{meta['mariadb'].get('log_bin', '?')} (nilo-job and raw SQL on asyncmy "
+                f"{meta['mariadb'].get('asyncmy', '?')})"
+            ]
+            if meta.get("mariadb")
+            else []
+        ),
         f"- Python {meta['machine']['python']} (nilo-job, raw SQL); peers' venv: Python "
         f"{meta.get('peers_python', '?')}",
         f"- event loop: nilo-job and raw SQL on {meta.get('loop', 'asyncio')} (uvloop when it is "
@@ -995,14 +1075,14 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
     order = ("nilo", "raw", "raw_tx", "nilo_paired", "raw_claim1", "raw_claim100", *PEERS)
     labels = {
         "nilo_paired": "nilo, alternated push by push in one process with its baseline "
-        "(PostgreSQL: raw SQL; SQLite: huey)",
+        "(PostgreSQL and MariaDB: raw SQL; SQLite: huey)",
         "raw": "raw SQL",
         "raw_tx": "raw SQL, BEGIN…COMMIT",
         "raw_claim1": "raw SQL, claim 1",
         "raw_claim100": "raw SQL, claim 100",
     }
-    for store in ("pg", "sqlite"):
-        store_name = "PostgreSQL" if store == "pg" else "SQLite"
+    for store in ("pg", "sqlite", "mariadb"):
+        store_name = {"pg": "PostgreSQL", "sqlite": "SQLite", "mariadb": "MariaDB"}[store]
         for workload in (w for g in GROUPS.values() for w in g):
             keys = [
                 f"{store}/{workload}/{s}" for s in order if f"{store}/{workload}/{s}" in summary
@@ -1021,6 +1101,28 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
                     p50, p95, p99 = (_fmt(part.get(f"p{n}_ms"), 3) for n in (50, 95, 99))
                     lines.append(f"| {label} | {p50} | {p95} | {p99} |")
                 lines.append(f"\nratio of the medians (dead ÷ empty): {_fmt(nilo.get('ratio'), 2)}")
+                if nilo.get("explain"):
+                    verdict = (
+                        "every arm an index range or ref, no full scan"
+                        if nilo.get("explain_index_only")
+                        else "**not** an index range or ref in every arm"
+                    )
+                    lines += [
+                        "",
+                        f"The claim's SELECT on the table with 1,000,000 dead rows: {verdict} "
+                        "(`EXPLAIN`; the entries each arm read, from `ANALYZE FORMAT=JSON`: "
+                        + ", ".join(
+                            f"{arm.get('key')} {_fmt(arm.get('r_rows'))}"
+                            for arm in nilo.get("analyze_rows_read", [])
+                        )
+                        + ").",
+                        "",
+                        "| " + " | ".join(nilo["explain"][0]) + " |",
+                        "|" + "---|" * len(nilo["explain"][0]),
+                    ]
+                    for row in nilo["explain"]:
+                        shown = ("NULL" if v is None else str(v) for v in row.values())
+                        lines.append("| " + " | ".join(shown) + " |")
                 lines += _errors(summary, keys)
                 continue
             if workload == "wire":
@@ -1071,6 +1173,13 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
                         f"{_fmt(e.get('p95_ms'), 2)} | {_fmt(e.get('p99_ms'), 2)} | "
                         f"{_fmt(_div(e.get('p50_ms'), nilo.get('p50_ms')), 2)} |"
                     )
+                if _number(nilo.get("done_p50_ms")):
+                    lines.append(
+                        f"\nnilo, push → end durable (a lone job, its end written): p50 "
+                        f"{_fmt(nilo.get('done_p50_ms'), 2)} ms, p95 "
+                        f"{_fmt(nilo.get('done_p95_ms'), 2)} ms, p99 "
+                        f"{_fmt(nilo.get('done_p99_ms'), 2)} ms."
+                    )
                 paired = summary.get(f"{store}/{workload}/nilo_paired", {})
                 if _number(paired.get("ratio")):
                     lines.append(
@@ -1101,6 +1210,13 @@ def write_report(data: dict[str, Any], path: Path, chart: Path | None) -> None:
                     f"\nAlternated push by push with huey in one process (`w1_paired`, the "
                     f"target's figure): nilo {_fmt(paired.get('rate'))} jobs/s, huey "
                     f"{_fmt(paired.get('huey_rate'))} jobs/s; nilo ÷ huey "
+                    f"{_fmt(paired.get('ratio'), 2)} (median of the runs' ratios)."
+                )
+            elif _number(paired.get("ratio")) and store == "mariadb":
+                lines.append(
+                    f"\nAlternated push by push in one process (`w1_paired`, the target's "
+                    f"figure): nilo {_fmt(paired.get('rate'))} jobs/s, raw SQL "
+                    f"{_fmt(paired.get('raw_rate'))} jobs/s (asyncmy); nilo ÷ raw "
                     f"{_fmt(paired.get('ratio'), 2)} (median of the runs' ratios)."
                 )
             elif _number(paired.get("ratio")):
@@ -1138,7 +1254,7 @@ def _errors(summary: dict[str, dict[str, Any]], keys: list[str]) -> list[str]:
 NOTES = [
     "Ratios compare figures from this one run: the machine is shared and noisy, so only "
     "same-run ratios mean anything; the absolute figures move from run to run.",
-    "Every run of every subject gets a fresh database (PostgreSQL) or file (SQLite); the "
+    "Every run of every subject gets a fresh database (PostgreSQL, MariaDB) or file (SQLite); the "
     "subjects' order is rotated between repetitions so that drift hits all of them alike.",
     "raw SQL: psycopg 3 async connections (the driver nilo-job uses), the same table shape as "
     "nilo_jobs, no NOTIFY. `raw` sends the lone INSERT in autocommit (one round trip; the server "
@@ -1165,6 +1281,14 @@ NOTES = [
     "Claim cost: two databases at once, one with 100 due rows, the other with the same 100 due "
     "rows plus 1,000,000 dead rows (VACUUM ANALYZE / ANALYZE after loading); claims alternate "
     "between them, each claim's rows are released again before the next.",
+    "MariaDB (`--stores mariadb`): nilo-job and raw SQL both on asyncmy, in autocommit, with the "
+    "store's session (READ COMMITTED); the raw table has nilo_jobs' MariaDB columns and indexes "
+    "(each leads with the state, as there are no partial indexes). Commits are as durable as "
+    "the server's innodb_flush_log_at_trx_commit makes them, for claims and ends too (no "
+    "session setting like PostgreSQL's synchronous_commit). W3 across processes: the worker is "
+    "woken by a datagram to a socket in a folder of the run's own (`XDG_RUNTIME_DIR`). Claim "
+    "cost: the dead rows come from the Sequence engine (`seq_1_to_N`), then ANALYZE TABLE; the "
+    "claim's plan on the big table is recorded.",
 ]
 
 
@@ -1219,6 +1343,11 @@ def main() -> int:
     parser.add_argument(
         "--pg", default=os.environ.get("NILO_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
     )
+    parser.add_argument(
+        "--mariadb",
+        default=os.environ.get("NILO_BENCH_MARIADB", "mariadb://root@127.0.0.1:3306"),
+        help="the MariaDB server for --stores mariadb (a user that may create databases)",
+    )
     parser.add_argument("--out", default=str(BENCH), help="where results.* and RESULTS.md go")
     args = parser.parse_args()
 
@@ -1248,7 +1377,11 @@ def main() -> int:
     skipped = [c for c in cases if c.subject in env.missing]
     cases = [c for c in cases if c.subject not in env.missing]
 
-    places = Places(args.pg.rstrip("/"), Path(tempfile.mkdtemp(prefix="nilo-bench-")))
+    places = Places(
+        args.pg.rstrip("/"),
+        Path(tempfile.mkdtemp(prefix="nilo-bench-")),
+        mariadb_base=args.mariadb.rstrip("/"),
+    )
     meta: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join([".venv/bin/python", "bench/run.py", *sys.argv[1:]]),
@@ -1271,8 +1404,22 @@ def main() -> int:
                     0
                 ]
         except Exception as error:
-            print(f"PostgreSQL at {args.pg} cannot be reached ({error}): SQLite only", flush=True)
+            print(f"PostgreSQL at {args.pg} cannot be reached ({error}): not measured", flush=True)
             cases = [c for c in cases if c.store != "pg"]
+    if "mariadb" in stores:
+        try:
+            meta["mariadb"] = places.mariadb_show("innodb_flush_log_at_trx_commit", "log_bin")
+            from importlib.metadata import version
+
+            meta["mariadb"]["asyncmy"] = version("asyncmy")
+        except Exception as error:
+            print(f"MariaDB at {args.mariadb} cannot be used ({error}): not measured", flush=True)
+            cases = [c for c in cases if c.store != "mariadb"]
+        # The store's wake-up sockets go in the runtime folder: one of the run's own, so that
+        # none is left behind (the subject scripts leave with os._exit).
+        runtime = places.tmp / "run"
+        runtime.mkdir(mode=0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     LOGS.mkdir(parents=True, exist_ok=True)
     for old in LOGS.glob("*.log"):
         old.unlink()
