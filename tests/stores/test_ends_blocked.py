@@ -8,9 +8,9 @@ bound followed the last second's writes of ends; and the records of the ends nam
 The ends are blocked the ways a user meets: the history table renamed away (SQLite; each end is
 then tried again through the lease), a transaction or a session holding the history table locked
 (PostgreSQL, MariaDB; each end waits for the store's answer_ms, then is tried again), and a
-trigger that refuses every row the history gets (SQLite, PostgreSQL; each end fails at once,
-and its row is left to its lease). Every wait is for a condition, polled with a bound; nothing
-sleeps to wait for time.
+trigger that refuses every row the history gets (SQLite, PostgreSQL, MariaDB; each end fails at
+once, and its row is left to its lease). Every wait is for a condition, polled with a bound;
+nothing sleeps to wait for time.
 """
 
 from __future__ import annotations
@@ -73,6 +73,11 @@ _WAYS = {  # what blocks the ends, and what lifts the block
         "DROP TRIGGER nilo_test_refuse ON nilo_jobs_done",
     ),
     "mariadb-locked": ("LOCK TABLES nilo_jobs_done WRITE", "UNLOCK TABLES"),
+    "mariadb-refused": (
+        "CREATE TRIGGER nilo_test_refuse BEFORE INSERT ON nilo_jobs_done FOR EACH ROW "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the test refuses history'",
+        "DROP TRIGGER nilo_test_refuse",
+    ),
 }
 LOCKED = [way for way in _WAYS if way.endswith("locked")]
 """The ways whose first end waits for the store's answer_ms: serve is at rest when it fails."""

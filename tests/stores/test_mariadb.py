@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -365,6 +366,194 @@ async def test_a_call_not_answered_within_answer_ms_is_a_store_error_naming_it(
         await table.close()
 
 
+@pytest.mark.parametrize(
+    ("given", "bound_ms"),
+    [({}, 30_015), ({"answer_ms": 100}, 315), ({"answer_ms": 20_000}, 60_015)],
+)
+def test_the_bound_on_one_call_is_answer_ms_for_each_of_its_three_tries(
+    mariadb_url: str, given: dict[str, int], bound_ms: int
+) -> None:
+    """`bound_ms`, which `nilo-job worker` waits for past its grace period on a stop: answer_ms
+    for each of the three tries a call that meets a deadlock is given, and the two pauses
+    between them (5 ms, then 10 ms)."""
+    assert job.Table(mariadb_url, **given).bound_ms == bound_ms  # type: ignore[attr-defined]
+
+
+def slow_answers() -> job.Jobs:
+    """A queue on the MariaDB database `NILO_TEST_SLOW_URL` names, whose server has 20 s to
+    answer a call (for `nilo-job worker`)."""
+    return job.Jobs(
+        kinds=[Welcome], store=job.Table(os.environ["NILO_TEST_SLOW_URL"], answer_ms=20_000)
+    )
+
+
+class _Stopped(Exception):
+    """Raised where the worker promises its exit, once the promise is seen."""
+
+
+def test_the_worker_waits_on_a_stop_for_the_store_s_bound(
+    mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nilo-job worker` on a MariaDB queue whose answer_ms is 20 s promises to exit within its
+    grace period and the store's bound, 60.015 s (three tries of 20 s), not the 10 s of a store
+    that says no bound."""
+    from click.testing import CliRunner
+
+    from nilo_job.cli import _worker, main
+
+    promised: list[tuple[int, int]] = []
+
+    def exits(grace_ms: int, bound_ms: int) -> None:
+        promised.append((grace_ms, bound_ms))
+        raise _Stopped  # before the worker serves
+
+    monkeypatch.setattr(_worker, "Exits", exits)
+    monkeypatch.setenv("NILO_TEST_SLOW_URL", mariadb_url)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        done = CliRunner().invoke(
+            main, ["worker", "tests.stores.test_mariadb:slow_answers", "--grace-ms", "1000"]
+        )
+    finally:  # the worker takes the signals as it starts: the test's runner gets them back
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert isinstance(done.exception, _Stopped), done.output
+    assert promised == [(1_000, 60_015)]
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+REFUSE_PUSHES = (
+    "CREATE TRIGGER nilo_test_refuse BEFORE INSERT ON nilo_jobs FOR EACH ROW "
+    "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the test refuses pushes'"
+)
+
+
+async def test_a_push_the_server_refuses_raises_the_server_s_error_and_writes_nothing(
+    jobs: job.Jobs, mariadb_url: str
+) -> None:
+    """A trigger refuses every row: a push, alone or many, raises the driver's error with the
+    server's words, as PostgreSQL's store raises psycopg's, not a `StoreUnavailable` that says
+    the server cannot be reached; nothing is written, and the store goes on once the trigger
+    is gone."""
+    await sql(mariadb_url, REFUSE_PUSHES)
+    with pytest.raises(asyncmy.errors.OperationalError) as refused:
+        await jobs.push(Welcome(1))
+    assert refused.value.args == (1644, "the test refuses pushes")
+    assert not isinstance(refused.value, job.StoreUnavailable)
+    with pytest.raises(asyncmy.errors.OperationalError) as refused:
+        await jobs.push_many([Welcome(2), Welcome(3)])  # one multi-row INSERT
+    assert refused.value.args == (1644, "the test refuses pushes")
+    assert await jobs.stats() == (0, 0, 0)
+    await sql(mariadb_url, "DROP TRIGGER nilo_test_refuse")
+    assert await jobs.push(Welcome(4)) is not None
+    assert await user_ids(mariadb_url) == [4]
+
+
+@pytest.fixture
+async def grantee(mariadb_url: str) -> AsyncIterator[tuple[str, str]]:
+    """A user of the server's, `(its URL to the test's database, its name)`, granted SELECT on
+    that database and INSERT on its nilo_jobs table alone; dropped after the test."""
+    server = server_of(mariadb_url)
+    name = f"nilo_u_{os.urandom(4).hex()}"
+    await sql(mariadb_url, f"CREATE USER '{name}'@'%' IDENTIFIED BY 'pw'", None)  # (no params)
+    try:
+        for grant in (f"SELECT ON {server.database}.*", f"INSERT ON {server.database}.nilo_jobs"):
+            await sql(mariadb_url, f"GRANT {grant} TO '{name}'@'%'", None)
+        yield f"mariadb://{name}:pw@{server.address}/{server.database}", name
+    finally:
+        await sql(mariadb_url, f"DROP USER '{name}'@'%'", None)
+
+
+async def test_a_privilege_the_user_lacks_is_the_server_s_refusal_not_an_outage(
+    mariadb_url: str, grantee: tuple[str, str]
+) -> None:
+    """A user without UPDATE on the table: its claim is refused with the server's error (1142),
+    not a `StoreUnavailable`; once its INSERT is revoked, so is its push (a change of a table's
+    grants applies to the next statement of connections already open)."""
+    url, name = grantee
+    database = server_of(mariadb_url).database
+    table = job.Table(url)
+    try:
+        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
+        assert row == 1
+        with pytest.raises(asyncmy.errors.OperationalError) as refused:
+            await table.claim(["welcome"], 1, 1_000_000, 1)
+        assert refused.value.args[0] == 1142
+        assert refused.value.args[1].startswith(f"UPDATE command denied to user '{name}'@")
+        await sql(mariadb_url, f"REVOKE INSERT ON {database}.nilo_jobs FROM '{name}'@'%'", None)
+        with pytest.raises(asyncmy.errors.OperationalError) as refused:
+            await table.push([NewRow("welcome", b'{"user_id":2}', 0)])
+        assert refused.value.args[0] == 1142
+        assert refused.value.args[1].startswith(f"INSERT command denied to user '{name}'@")
+        assert await table.stats() == (1, 0, 0)  # the store's reads go on
+        with pytest.raises(job.StoreUnavailable) as unmade:  # `nilo-job migrate` says it
+            await table.create_missing()
+        assert str(unmade.value).startswith(
+            f"MariaDB at {table.server.where} failed the creation of the table: CREATE "  # type: ignore[attr-defined]
+            f"command denied to user '{name}'@"
+        )
+    finally:
+        await table.close()
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (1040, "failed a test call"),  # too many connections
+        (1053, "failed a test call"),  # the server is shutting down
+        (1205, "failed a test call"),  # lock wait timeout
+        (1213, "failed a test call"),  # a deadlock, three times
+        (1317, "failed a test call"),  # KILL QUERY
+        (1927, "failed a test call"),  # KILL CONNECTION
+        (1969, "failed a test call"),  # max_statement_time
+        (2013, "cannot reach"),  # the driver: the connection was lost
+        (1142, None),  # a privilege the user lacks
+        (1290, None),  # --read-only
+        (1644, None),  # a trigger's SIGNAL
+        (1792, None),  # a read-only transaction
+        (4025, None),  # a CHECK constraint
+    ],
+)
+async def test_the_server_s_errors_are_told_apart_by_their_numbers(
+    mariadb_url: str, code: int, said: str | None
+) -> None:
+    """What a call raises for each error the driver gives it: a server out of reach, going away
+    or short of something for now is a `StoreUnavailable` naming the server (a deadlock after
+    three tries, every other error at the first); a statement the server refuses outright is
+    the driver's error itself, at the first try."""
+    table = job.Table(mariadb_url)
+    tries: list[int] = []
+    error = asyncmy.errors.OperationalError(code, "the server's words")
+
+    async def call(cur: Any) -> None:
+        await cur.execute("SELECT 1")
+        await cur.fetchall()
+        tries.append(code)
+        raise error
+
+    try:
+        raised: pytest.ExceptionInfo[Exception]
+        with pytest.raises(Exception) as raised:  # noqa: PT011
+            await table._db.run(call, "a test call", transaction=True)  # type: ignore[attr-defined]
+        if said is None:
+            assert raised.value is error
+        else:
+            where = table.server.where  # type: ignore[attr-defined]
+            words = {
+                "cannot reach": f"cannot reach MariaDB at {where}: the server's words",
+                "failed a test call": f"MariaDB at {where} failed a test call: the server's words",
+            }
+            assert isinstance(raised.value, job.StoreUnavailable)
+            assert str(raised.value) == words[said]
+            assert raised.value.__cause__ is error
+        assert len(tries) == (3 if code == 1213 else 1)
+        assert await table.ping() is None  # the store goes on
+    finally:
+        await table.close()
+
+
 # ------------------------------------------------------------------------------ push_in
 
 
@@ -685,3 +874,39 @@ async def seen(table: job.Store, wanted: Callable[[HeldBack | None], bool]) -> H
         while not wanted(found := await table.held_back()):  # noqa: ASYNC110 (no event to wait)
             await asyncio.sleep(0.15)
     return found
+
+
+async def _pings(url: str) -> int:
+    """The server's count of pings (`Com_admin_commands`), from every client."""
+    import asyncmy
+
+    from nilo_job.store.mysql.connections import server_of
+
+    server = server_of(url)
+    conn = await asyncmy.connect(
+        host=server.host, port=server.port, user=server.user, password=server.password,
+        autocommit=True, connect_timeout=3,
+    )  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW GLOBAL STATUS LIKE 'Com_admin_commands'", ())
+            row = await cur.fetchone()
+    finally:
+        conn.close()
+    return int(row[1])
+
+
+async def test_a_connection_used_a_moment_ago_is_not_pinged_before_each_call(
+    mariadb_url: str,
+) -> None:
+    store = job.Table(mariadb_url)
+    await store.open()
+    try:
+        await store.push([NewRow("k", b"{}", 1, None)])  # its connection is made and used
+        before = await _pings(mariadb_url)
+        for _ in range(20):
+            await store.push([NewRow("k", b"{}", 1, None)])
+        after = await _pings(mariadb_url)
+    finally:
+        await store.close()
+    assert after - before == 0

@@ -15,9 +15,16 @@ when it has none), a call's answer within `answer_ms` (then its connection is cl
 raises `StoreUnavailable` naming it). A connection that sat idle for a while is pinged before it
 is used, so that one the server dropped (its `wait_timeout`, a restart) is replaced instead of
 failing the call. A deadlock, which the server ends by undoing one transaction whole, is tried
-again twice before it is a `StoreUnavailable`. The server's errors that mean it cannot be reached,
+again twice before it is a `StoreUnavailable`, each try within `answer_ms`: the longest a call
+waits for its answers is `bound_ms`.
+
+The server's errors are told apart by their numbers (`refused`). Those that mean it cannot be
+reached, is going away or ended the session (`GONE`), is short of something for now (`BUSY`),
 refused the login, has no such database or lacks a table are `StoreUnavailable` with a sentence
-naming the server, never its password.
+naming the server, never its password: the caller may try again. Any other error the server
+answers a statement with is the statement refused outright (a trigger's `SIGNAL`, a privilege
+the user lacks, a read-only server, a constraint): it is raised as the driver's own error, as
+the other stores raise their driver's, and trying it again would meet the same answer.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import contextlib
 import math
 import os
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -37,7 +43,7 @@ import asyncmy
 from asyncmy.connection import Connection
 from asyncmy.constants import CLIENT
 from asyncmy.cursors import Cursor
-from asyncmy.errors import IntegrityError, MySQLError, OperationalError, ProgrammingError
+from asyncmy.errors import IntegrityError, MySQLError, NotSupportedError, ProgrammingError
 
 from ..._base.errors import Refusal, StoreUnavailable
 from .. import _schema
@@ -68,6 +74,56 @@ CONN_HOST_ERROR = 2003
 """CR_CONN_HOST_ERROR: the driver could not reach the server (its words name the host)."""
 TRIES = 3
 """How many times a call that met a deadlock is made in all."""
+PAUSE_MS = 5
+"""The pause before a call that met a deadlock is made again: this many milliseconds times the
+tries made so far."""
+
+DRIVER = range(2000, 3000)
+"""The driver's own error numbers (CR_*: the server cannot be reached, the connection was lost or
+is out of step). The server's are 1000 and up, but for these; MariaDB and MySQL share those up to
+about 1900 and number their own errors past it each its own way."""
+
+GONE = frozenset({
+    1053,  # ER_SERVER_SHUTDOWN: the server is shutting down; it ends every session
+    1152,  # ER_ABORTING_CONNECTION: the server aborted this connection
+    1158,  # ER_NET_READ_ERROR: the server could not read this connection's packets; it ends it
+    1159,  # ER_NET_READ_INTERRUPTED: the server timed out reading this connection; it ends it
+    1160,  # ER_NET_ERROR_ON_WRITE: the server could not write to this connection; it ends it
+    1161,  # ER_NET_WRITE_INTERRUPTED: the server timed out writing to this connection; it ends it
+    1184,  # ER_NEW_ABORTING_CONNECTION: as 1152, in the words of newer servers
+    1927,  # ER_CONNECTION_KILLED (MariaDB): the session was ended by KILL (or a shutdown)
+    4031,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): the session was idle past wait_timeout
+})  # fmt: skip
+"""The server's errors that say it ended this session, or is going away: the connection is done
+with (and the idle ones likely are too), and the call is `StoreUnavailable`. (4031 is also
+MariaDB's ER_REFERENCED_TRG_DOES_NOT_EXIST, which only a CREATE TRIGGER meets; the store sends
+none.)"""
+
+BUSY = frozenset({
+    1021,  # ER_DISK_FULL: the server's disk is full; it takes writes again once space is freed
+    1037,  # ER_OUTOFMEMORY: the server is out of memory for now
+    1040,  # ER_CON_COUNT_ERROR: max_connections reached; a connection comes free as others close
+    1041,  # ER_OUT_OF_RESOURCES: the server is out of memory (or threads) for now
+    1047,  # ER_UNKNOWN_COM_ERROR: a Galera node not (yet) in the cluster's primary component
+    1114,  # ER_RECORD_FILE_FULL: the table's disk or tablespace is full; space may be freed
+    1135,  # ER_CANT_CREATE_THREAD: the server's host is out of threads or memory for now
+    1203,  # ER_TOO_MANY_USER_CONNECTIONS: max_user_connections reached; others will close
+    1205,  # ER_LOCK_WAIT_TIMEOUT: another transaction held a row lock past the wait; it will end
+    1206,  # ER_LOCK_TABLE_FULL: InnoDB's locks filled the buffer pool; freed as transactions end
+    1213,  # ER_LOCK_DEADLOCK: the server undid this transaction whole (after `TRIES` tries)
+    1226,  # ER_USER_LIMIT_REACHED: the user's max_queries (or updates) per hour; the hour resets it
+    1317,  # ER_QUERY_INTERRUPTED: the statement was ended by KILL QUERY, not refused
+    1969,  # ER_STATEMENT_TIMEOUT (MariaDB): the statement ran past max_statement_time
+    3024,  # ER_QUERY_TIMEOUT (MySQL; MariaDB leaves it unused): it ran past max_execution_time
+})  # fmt: skip
+"""The server's errors that say it is short of something for now, or ended the statement for its
+time rather than for what it says: the same call may pass later, so it is `StoreUnavailable`. A
+timeout of the server's is one, as PostgreSQL's `statement_timeout` is on that store."""
+
+SAID = frozenset({*LOGIN, NO_DATABASE, NO_TABLE})
+"""The server's errors the store says in a sentence of its own (`Connections.unavailable`), as
+`StoreUnavailable`: a login refused, no such database (at connect), no such table (the store's
+tables missing or renamed away, which `nilo-job migrate` makes, as on the other stores)."""
 
 QUERY = frozenset({"connect_timeout", "unix_socket"})
 """What a URL's query may say."""
@@ -178,6 +234,31 @@ def code_of(error: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
+def refused(error: BaseException) -> bool:
+    """Whether `error` is the server (or the driver) refusing the statement itself, so that the
+    same call would be refused again: it is raised as it is, the driver's error, and is not tried
+    again (an end the database refuses is left to its row's lease). Among them:
+
+    - 1142 ER_TABLEACCESS_DENIED_ERROR, 1143 ER_COLUMNACCESS_DENIED_ERROR: the user lacks a
+      privilege on the table or a column (INSERT, UPDATE, DELETE, SELECT);
+    - 1227 ER_SPECIFIC_ACCESS_DENIED_ERROR: the user lacks a privilege of the server's;
+    - 1290 ER_OPTION_PREVENTS_STATEMENT: an option forbids the write (`read_only`);
+    - 1792 ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION: the session's transactions are read only;
+    - 1836 ER_READ_ONLY_MODE: the server runs read only (MySQL's `innodb_read_only`);
+    - 1644 ER_SIGNAL_EXCEPTION: a trigger (or a routine) refused the row with `SIGNAL`;
+    - 4025 ER_CONSTRAINT_FAILED: a CHECK constraint refused the row;
+    - 1062 ER_DUP_ENTRY and the other integrity, data and syntax errors;
+    - the driver's own refusals of a call, which carry no number (a closed cursor).
+
+    Not refused, and so `StoreUnavailable`: the driver's numbers (`DRIVER`), its errors without
+    a number other than those (a packet out of sequence), and the server's `GONE`, `BUSY` and
+    `SAID`: the server out of reach, or short of something for now."""
+    code = code_of(error)
+    if code is None:
+        return isinstance(error, ProgrammingError | NotSupportedError)
+    return code >= 1000 and code not in DRIVER and code not in GONE | BUSY | SAID
+
+
 def is_dup(error: BaseException) -> bool:
     """Whether `error` is a unique key another row holds (which undoes its statement alone)."""
     return isinstance(error, IntegrityError) and code_of(error) == DUP_ENTRY
@@ -215,6 +296,7 @@ class Connections:
         self.server = server
         self.max_size = max_size
         self.target = target
+        self.answer_ms = answer_ms
         self.bound_s = answer_ms / 1_000
         self.pid = os.getpid()
         self.pools: dict[asyncio.AbstractEventLoop, Pool] = {}
@@ -225,6 +307,14 @@ class Connections:
     @property
     def where(self) -> str:
         return self.server.where
+
+    @property
+    def bound_ms(self) -> int:
+        """The longest one call waits for the server's answers, in milliseconds: `answer_ms` for
+        each of the `TRIES` tries a deadlock allows, and the pauses between them. (Taking a
+        connection for a try is bounded apart, by the URL's `connect_timeout`.)"""
+        pauses_ms = sum(PAUSE_MS * tried for tried in range(1, TRIES))
+        return TRIES * self.answer_ms + pauses_ms
 
     @property
     def mariadb(self) -> bool:
@@ -274,7 +364,7 @@ class Connections:
             )
         if code == NO_TABLE:
             return _schema.no_such_table(f"{flavor} at {at}", self.target, missing_table(said))
-        if isinstance(error, OSError | TimeoutError) or (code is not None and code >= 2000):
+        if isinstance(error, OSError | TimeoutError) or code in DRIVER or code == 0:
             return StoreUnavailable(f"cannot reach {flavor} at {at}: {said}")
         return StoreUnavailable(f"{flavor} at {at} failed {what}: {said}")
 
@@ -333,7 +423,8 @@ class Connections:
                 if not conn.connected:
                     _shut(conn)
                     continue
-                if time.time() - conn.last_usage > IDLE_S:
+                # (asyncmy stamps its last use with the event loop's clock)
+                if asyncio.get_running_loop().time() - conn.last_usage > IDLE_S:
                     try:
                         async with asyncio.timeout(min(self.bound_s, 5.0)):
                             await conn.ping(reconnect=False)
@@ -365,26 +456,25 @@ class Connections:
         """`fn(cursor)`, the call `what` (for sentences: "a claim"), on a connection of the pool,
         in one transaction when `transaction` (else each statement commits on its own), within
         `answer_ms` (unless not `bounded`: a migration, which may wait for other sessions'
-        locks). A deadlock is tried again, twice.
+        locks). A deadlock is tried again, twice, each try within `answer_ms` (`bound_ms`).
 
         Raises:
             StoreUnavailable: the server cannot be reached, did not answer within the bound, met
-                a deadlock three times, or lacks the table.
+                a deadlock three times, is short of something for now, or lacks the table.
+            MySQLError: the server refused the statement outright (`refused`): the driver's
+                error, as the server said it.
         """
         for tried in range(1, TRIES + 1):
             try:
                 return await self._run_once(fn, what, transaction, bounded)
-            except OperationalError as error:
-                if code_of(error) != DEADLOCK or tried == TRIES:
-                    raise self.unavailable(error, what) from error
-                await asyncio.sleep(0.005 * tried)
-            except ProgrammingError as error:
-                if code_of(error) != NO_TABLE:
-                    raise
+            except MySQLError as error:
+                if code_of(error) == DEADLOCK and tried < TRIES:
+                    await asyncio.sleep(PAUSE_MS * tried / 1_000)
+                    continue
+                if refused(error):
+                    raise  # trying it again would meet the same answer
                 raise self.unavailable(error, what) from error
-            except (MySQLError, OSError) as error:
-                if isinstance(error, MySQLError) and not _lost(error):
-                    raise  # the server refused the statement: the caller's to say
+            except OSError as error:
                 raise self.unavailable(error, what) from error
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -448,9 +538,10 @@ class Connections:
 
 def _lost(error: MySQLError) -> bool:
     """Whether `error` says the connection itself is gone or out of step (the driver's own
-    errors, numbered from 2000), rather than a statement refused."""
+    errors, and the server's that say it ended the session: `GONE`), rather than a statement
+    the server answered."""
     code = code_of(error)
-    return code is None or code >= 2000
+    return code is None or code < 1000 or code in DRIVER or code in GONE
 
 
 def _shut(conn: Connection, *, inherited: bool = False) -> None:

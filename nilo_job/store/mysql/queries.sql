@@ -192,6 +192,15 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
  WHERE state = 'queued' AND kind = %(kind)s AND run_at <= %(now)s
  ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 
+-- name: claim_due_from
+-- `claim_due` of the rows due from %(from)s on, with no `claim_lease` arm: serve's claims read
+-- from where its last ones reached, not past the entries of rows claimed long before that purge
+-- cannot remove while a transaction's read view holds them.
+(SELECT id, kind, payload, attempts, run_at, unique_key, snoozes, trace, NULL AS held
+ FROM nilo_jobs FORCE INDEX (nilo_jobs_due)
+ WHERE state = 'queued' AND kind = %(kind)s AND run_at >= %(from)s AND run_at <= %(now)s
+ ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+
 -- name: claim_lease
 -- The other arm: running rows of the kind whose lease ran out, in the order of
 -- `nilo_jobs_lease`.

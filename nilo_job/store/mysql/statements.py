@@ -38,19 +38,23 @@ def spelled(
 
 
 @functools.lru_cache(maxsize=64)
-def claim_statement(kinds: int) -> str:
+def claim_statement(kinds: int, due_from: bool = False) -> str:
     """The claim of `kinds` kinds: a `claim_due` and a `claim_lease` arm for each, in one UNION
-    ALL, each kind its parameter `kind_i` (see `claim_params`)."""
+    ALL, each kind its parameter `kind_i` (see `claim_params`); with `due_from`, a
+    `claim_due_from` arm for each and no other."""
+    names = ("claim_due_from",) if due_from else ("claim_due", "claim_lease")
     arms = []
     for i in range(kinds):
-        for arm in ("claim_due", "claim_lease"):
+        for arm in names:
             arms.append(SQL[arm].replace("%(kind)s", f"%(kind_{i})s"))
     return "\nUNION ALL\n".join(arms)
 
 
-def claim_params(kinds: Sequence[str], now_us: int, limit: int) -> dict[str, object]:
-    """The parameters of `claim_statement(len(kinds))`."""
-    params: dict[str, object] = {"now": now_us, "limit": limit}
+def claim_params(
+    kinds: Sequence[str], now_us: int, limit: int, due_from_us: int | None = None
+) -> dict[str, object]:
+    """The parameters of `claim_statement(len(kinds), due_from_us is not None)`."""
+    params: dict[str, object] = {"now": now_us, "limit": limit, "from": due_from_us}
     params.update({f"kind_{i}": kind for i, kind in enumerate(kinds)})
     return params
 

@@ -126,7 +126,9 @@ class MysqlTable:
         max_size: the most connections the store opens at once (per event loop).
         answer_ms: how long the server has to answer one call, in milliseconds (default
             10,000; from 100 to 86,400,000): a call not answered in time has its connection
-            closed and raises `StoreUnavailable` naming the call. Migrations get no bound.
+            closed and raises `StoreUnavailable` naming the call. A call that meets a deadlock
+            is made again twice, each try within `answer_ms` (`bound_ms`). Migrations get no
+            bound.
         max_payload: the largest payload one row may carry, in bytes of JSON (1 MiB by
             default; from 1 to 1,000,000,000; the server's `max_allowed_packet` must hold it):
             the queue refuses a larger push with `PayloadTooLarge`, before this store is
@@ -174,6 +176,14 @@ class MysqlTable:
 
     def _where(self) -> str:
         return f"{self.server.flavor} at {self.server.where}"
+
+    @property
+    def bound_ms(self) -> int:
+        """The longest one call waits for its answer, in milliseconds: `answer_ms` for each of
+        the three tries a call that meets a deadlock is given, and the pauses between them
+        (30,015 with the default `answer_ms`). `nilo-job worker` waits that long past its grace
+        period on a stop."""
+        return self._db.bound_ms
 
     @property
     def ddl(self) -> str:
@@ -228,8 +238,9 @@ class MysqlTable:
 
         Raises:
             StoreUnavailable: the table is from a newer nilo-job, or one this store did not
-                make, or the server cannot be reached, or another migration held the lock for
-                30 s.
+                make, or the server cannot be reached or refused a statement (a user without
+                CREATE, a read-only server: in its words), or another migration held the lock
+                for 30 s.
         """
         where = self._where()
 
@@ -272,7 +283,13 @@ class MysqlTable:
             finally:
                 await cur.execute(SQL["unlock_migration"], ())
 
-        await self._db.run(create, "the creation of the table", bounded=False)
+        what = "the creation of the table"
+        try:
+            await self._db.run(create, what, bounded=False)
+        except MySQLError as error:
+            # Refused (CREATE denied, read_only): said in a sentence, as `nilo-job migrate`
+            # says the store's errors.
+            raise self._db.unavailable(error, what) from error
 
     def _create(self) -> str:
         if self._db.mariadb:
@@ -372,6 +389,7 @@ class MysqlTable:
         limit: int,
         worker: str | None = None,
         limits: Mapping[str, int] | None = None,
+        due_from_us: int | None = None,
     ) -> list[Claimed]:
         if limits:
             return await self._claim_limited(kinds, now_us, lease_until_us, limit, worker, limits)
@@ -379,7 +397,7 @@ class MysqlTable:
             return []
 
         async def claim(cur: Cursor) -> list[Claimed]:
-            return await _claim_in(cur, kinds, now_us, lease_until_us, limit, worker)
+            return await _claim_in(cur, kinds, now_us, lease_until_us, limit, worker, due_from_us)
 
         claimed = await self._db.run(claim, "a claim", transaction=True)
         claimed.sort(key=lambda row: (row.run_at, row.id))
@@ -825,11 +843,14 @@ async def _claim_in(
     lease_until_us: int,
     limit: int,
     worker: str | None,
+    due_from_us: int | None = None,
 ) -> list[Claimed]:
     """The `claim` and `take` statements, in the caller's transaction: the rows taken, each
-    retaken one with the worker that held it (`Claimed.retaken_from`)."""
+    retaken one with the worker that held it (`Claimed.retaken_from`); with `due_from_us`, the
+    queued rows due from then on only."""
     named = list(dict.fromkeys(kinds))  # each kind once
-    await cur.execute(claim_statement(len(named)), claim_params(named, now_us, limit))
+    statement = claim_statement(len(named), due_from_us is not None)
+    await cur.execute(statement, claim_params(named, now_us, limit, due_from_us))
     found = sorted(await cur.fetchall(), key=lambda r: (r[4], r[0]))[:limit]
     if not found:
         return []
