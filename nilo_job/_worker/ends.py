@@ -109,7 +109,7 @@ class Ends:
         """serve has ended: forget the rows it held."""
         self.writing.clear()
         self.bound.clear()
-        self.bound.freed = _nothing
+        self.bound.freed = self.bound.lapsed = _nothing
         self.bound.held = self.bound.unwritten.__len__
         self.bound.base = 0
 
@@ -260,8 +260,9 @@ class Ends:
         """Queue `rows`, claimed and not started, again unrun (due when they were, or at
         `run_at`, µs), in one `finish` that a cancel of the caller does not cut short; a failure
         leaves them to their lease (while serve runs, it holds them until then: `Bound`).
-        Answers how many were queued again (the others had been taken by another worker), or
-        None when the store did not take the write."""
+        serve hears of them as of a push (a row due before its claims' front makes the next
+        claim a full one). Answers how many were queued again (the others had been taken by
+        another worker), or None when the store did not take the write."""
         if not rows:
             return 0
         ends = [
@@ -275,6 +276,7 @@ class Ends:
                 for row in rows:
                     self.bound.hold(row.id)
             return None
+        self.wakeups.wake_at(min(end.run_at for end in ends))
         return sum(applied)
 
     def later(self, work: Coroutine[Any, Any, object]) -> None:

@@ -81,7 +81,8 @@ class Bound:
     then runs again: this process still holds it (`unwritten`) until its lease may have run out,
     `lease_ms` after the failure (its lease is renewed no more: the beat renews only the rows
     serve runs). `freed()` is called whenever the bound may have room again: such a row is
-    forgotten, or ends are written again after failing. `held()` counts the rows held now
+    forgotten, or ends are written again after failing; `lapsed()` as such a row is forgotten
+    (a claim may take it back now). `held()` counts the rows held now
     (serve's feed counts them: `Feed.held`), which may be more than `most()`: the rows taken
     while the bound was larger stay held as it shrinks (ends begin to fail, or no write of ends
     came back for `RECENT_S`).
@@ -94,6 +95,7 @@ class Bound:
         self.lease_ms = lease_ms
         self.unwritten: dict[int, asyncio.TimerHandle] = {}  # row id: the timer to forget it
         self.freed: Callable[[], None] = _nothing
+        self.lapsed: Callable[[], None] = _nothing  # (serve's: its claims' front)
         self.held: Callable[[], int] = self.unwritten.__len__  # (serve's feed: `Feed.held`)
         self.base = 0  # `HELD_PER_WORKER` per worker, while serve runs
         self.wrote = 0  # the ends of the largest recent write of ends
@@ -130,6 +132,7 @@ class Bound:
 
     def _forget(self, row_id: int) -> None:
         if self.unwritten.pop(row_id, None) is not None:
+            self.lapsed()
             self.freed()
 
     def clear(self) -> None:

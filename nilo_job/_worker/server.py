@@ -138,6 +138,7 @@ class Server:
         feed = self.wakeups.feed = Feed(
             wakeup.set, self.pauses.claimable, self._start, self.limits, bound=self.ends.bound
         )
+        self.ends.bound.lapsed = self.wakeups.front.lapsed
         beat = self.beat = Beat(
             self.store, self.clock, self.heartbeat_ms or BEAT_MS,
             None if self.heartbeat_ms is None else self.lease_ms, lambda: held(feed),
@@ -145,7 +146,7 @@ class Server:
         beating = asyncio.create_task(beat.run(self.names, self.workers))
         workers = [asyncio.create_task(self._worker(feed)) for _ in range(self.workers)]
         helpers = [
-            asyncio.create_task(self.store.watch(self.wakeups.wake_at)),
+            asyncio.create_task(self.store.watch(self._heard)),
             asyncio.create_task(self.pauses.follow()),
         ]
         if self.pruner is not None:
@@ -209,6 +210,14 @@ class Server:
                 if current is not None and current.cancelling():
                     raise  # this block itself was cancelled (a timeout around it, say)
 
+    def _heard(self, run_at: int | None) -> None:
+        """Another process pushed a row due at `run_at` (the store's watch). None, said as the
+        watch (re)starts, stands for rows pushed while nobody listened, due at any time: the
+        next claim is then a full one."""
+        if run_at is None:
+            self.wakeups.front.full_next = True
+        self.wakeups.wake_at(run_at)
+
     async def _claims(self, feed: Feed, wakeup: Wakeup) -> None:
         """Run the claim loop, which awaits each claim itself, in a task of its own
         (`self.claims`) until serve is cancelled. A cancel during a claim lets its answer come
@@ -266,6 +275,9 @@ class Server:
             except Exception as error:
                 if self.stopping:
                     return
+                # Rows pushed meanwhile may commit late, due before the front: the next claim
+                # is a full one.
+                self.wakeups.front.full_next = True
                 outage.failed(error, sent, poll_s, feed)
                 await asyncio.sleep(poll_s)
                 continue
@@ -302,9 +314,13 @@ class Server:
                 limits=self.limits,
             )  # fmt: skip
         else:
+            front = self.wakeups.front
+            claimable = self.pauses.claimable
             rows = await self.store.claim(
-                self.pauses.claimable, now, now + self.lease_ms * 1_000, limit, worker()
-            )
+                claimable, now, now + self.lease_ms * 1_000, limit, worker(),
+                due_from_us=front.from_us(claimable),
+            )  # fmt: skip
+            front.claimed(rows)
         if self.observers.all:
             self.observers.claimed(rows, now, began)
         return rows

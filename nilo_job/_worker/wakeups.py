@@ -21,6 +21,7 @@ import os
 
 from .._base.clock import Clock
 from .feed import Feed
+from .front import Front
 
 _DUE_KNOWN_MOST = 4_096  # later due times kept for a wake-up; past that, the poll finds rows
 
@@ -63,12 +64,14 @@ class Wakeups:
         # When rows this process knows of fall due later (µs, a heap): pushed with a delay, a
         # retry's wait, a schedule's next tick, another process's NOTIFY.
         self.due: list[int] = []
+        self.front = Front()  # where serve's next claim starts reading
 
     def start(self, loop: asyncio.AbstractEventLoop) -> Wakeup:
         """serve begins on `loop`: the flag it sleeps on, set by every wake-up from now on."""
         self.loop, self.pid = loop, os.getpid()
         self.wakeup = Wakeup()
         self.due = []
+        self.front = Front()
         return self.wakeup
 
     def stop(self) -> None:
@@ -110,6 +113,8 @@ class Wakeups:
         wakeup = self.wakeup
         if wakeup is None:
             return
+        if run_at is not None:
+            self.front.woken(run_at)
         if run_at is None or run_at <= self.clock.now():
             wakeup.set()
             return

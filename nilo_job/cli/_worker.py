@@ -91,9 +91,9 @@ def worker(
     On the first signal it stops claiming, lets running rows finish for --grace-ms, then cancels
     them and queues their rows again; a second signal ends the grace period at once. Either way
     the process is gone soon after: within --grace-ms and the store's bound on one call
-    (PostgreSQL's `answer_ms`, else 10 s) after the first signal, within a second of the second,
-    even when the database does not answer or a sync run's thread will not end; rows it still
-    holds then run again after their lease.
+    (PostgreSQL's `answer_ms`, MariaDB's and MySQL's three times it, else 10 s) after the first
+    signal, within a second of the second, even when the database does not answer or a sync
+    run's thread will not end; rows it still holds then run again after their lease.
 
     With --health-port, the process answers GET /livez (200 while its event loop turns),
     /readyz (200 when the store answers and the workers run, else 503 and the reason) and

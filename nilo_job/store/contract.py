@@ -483,12 +483,18 @@ class Store(Protocol):
         limit: int,
         worker: str | None = None,
         limits: Mapping[str, int] | None = None,
+        due_from_us: int | None = None,
     ) -> list[Claimed]:
         """Take up to `limit` rows of `kinds`, in `run_at` order: queued rows due at `now_us`, and
         running rows whose lease ran out by `now_us`. Each becomes `running` until
         `lease_until_us` with `attempts` one higher, started at `now_us` by `worker` ("host:pid"),
         and is answered with its `snoozes`, `trace` and, for a running row taken back, the
         worker that held it (`Claimed.retaken_from`). Rows of other kinds are never touched.
+
+        With `due_from_us`, only queued rows due from that moment on (`run_at >= due_from_us`)
+        are taken, and no running row: serve's claims read from where its last ones reached,
+        so that a claim never reads the index entries of rows claimed long before, which a
+        transaction holding an old snapshot keeps from cleanup. Not passed with `limits`.
 
         `limits` holds the kinds with a concurrency limit, each with its limit (a kind of it
         not among `kinds` is not claimed). The queue passes it only when it has such kinds.

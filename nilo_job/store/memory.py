@@ -164,10 +164,11 @@ class Memory:
         limit: int,
         worker: str | None = None,
         limits: Mapping[str, int] | None = None,
+        due_from_us: int | None = None,
     ) -> list[Claimed]:
         with self._lock:
             if not limits:
-                taken = self._claim(set(kinds), now_us, lease_until_us, limit, worker)
+                taken = self._claim(set(kinds), now_us, lease_until_us, limit, worker, due_from_us)
             else:
                 free, capped = limited(kinds, limits)
                 taken = []
@@ -188,13 +189,23 @@ class Memory:
             ]  # fmt: skip
 
     def _claim(
-        self, kinds: set[str], now_us: int, lease_until_us: int, limit: int, worker: str | None
+        self,
+        kinds: set[str],
+        now_us: int,
+        lease_until_us: int,
+        limit: int,
+        worker: str | None,
+        due_from_us: int | None = None,
     ) -> list[tuple[_Row, str | None]]:
         """(under the lock) `claim` of up to `limit` rows of `kinds`, none limited: each row
         taken with the worker that held it when it was running under a lease that ran out
-        ("" when unknown), or None when it was queued."""
-        queued = self._take(self._due, now_us, limit, kinds, "queued")
-        expired = self._take(self._leases, now_us, limit, kinds, "running")
+        ("" when unknown), or None when it was queued. With `due_from_us`, queued rows due
+        from then on only."""
+        queued = self._take(self._due, now_us, limit, kinds, "queued", due_from_us)
+        if due_from_us is None:
+            expired = self._take(self._leases, now_us, limit, kinds, "running")
+        else:
+            expired = []
         both = sorted(queued + expired, key=lambda row: (row.run_at, row.id))
         taken, left = both[:limit], both[limit:]
         for row in left:  # due but past the limit: back in their heaps, unchanged
@@ -217,12 +228,20 @@ class Memory:
         )
 
     def _take(
-        self, heap: list[tuple[int, int]], now_us: int, limit: int, kinds: set[str], state: str
+        self,
+        heap: list[tuple[int, int]],
+        now_us: int,
+        limit: int,
+        kinds: set[str],
+        state: str,
+        from_us: int | None = None,
     ) -> list[_Row]:
-        """Pop up to `limit` live rows of `kinds` in `state` whose heap time is due by `now_us`.
+        """Pop up to `limit` live rows of `kinds` in `state` whose heap time is due by `now_us`
+        (and, with `from_us`, not before it).
 
         The heaps are lazy: an entry whose row has since moved on (claimed, finished, cancelled,
-        due at another time) is dropped here. Rows of other kinds go back untouched.
+        due at another time) is dropped here. Rows of other kinds, and those due before
+        `from_us`, go back untouched.
         """
         found: list[_Row] = []
         others: list[tuple[int, int]] = []
@@ -234,7 +253,7 @@ class Memory:
                 continue
             if entry[0] != (row.run_at if state == "queued" else row.lease_until):
                 continue
-            if row.kind not in kinds:
+            if row.kind not in kinds or (from_us is not None and entry[0] < from_us):
                 others.append(entry)
                 continue
             seen.add(row.id)

@@ -124,6 +124,10 @@ HOT: dict[str, Callable[[list[int], int], Params]] = {
     "claim": lambda ids, size: {
         "now": 5_000, "lease_until": 2 * 10**9, "limit": 16, "kinds": ["k"], "worker": "w"
     },
+    "claim_from": lambda ids, size: {
+        "now": 5_000, "lease_until": 2 * 10**9, "limit": 16, "kinds": ["k"], "worker": "w",
+        "from": 100,
+    },
     "done_many": _many,
     "keep_many": _keep_many,
     "keep": lambda ids, size: {

@@ -245,8 +245,8 @@ class ClaimCounter:
         self.rows = 0
         store.claim = self  # type: ignore[method-assign]
 
-    async def __call__(self, *args: object) -> list[Claimed]:
-        rows = await self.claim(*args)  # type: ignore[arg-type]
+    async def __call__(self, *args: object, **kwargs: object) -> list[Claimed]:
+        rows = await self.claim(*args, **kwargs)  # type: ignore[arg-type]
         self.rows += len(rows)
         return rows
 

@@ -297,6 +297,23 @@ FROM picked WHERE job.id = picked.id
 RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
           job.snoozes, job.trace, picked.held;
 
+-- name: claim_from
+-- `claim` of the queued rows due from %(from)s on, and no running row: serve's claims read from
+-- where its last ones reached, not past the entries of rows claimed long before that cleanup
+-- cannot remove while a transaction holds an old snapshot.
+WITH picked AS (
+    SELECT id FROM nilo_jobs
+    WHERE state = 'queued' AND run_at >= %(from)s AND run_at <= %(now)s
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
+UPDATE nilo_jobs AS job
+SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
+    started_at = %(now)s, worker = %(worker)s
+FROM picked WHERE job.id = picked.id
+RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
+          job.snoozes, job.trace, NULL::text;
+
 -- name: lock_kind
 -- A claim of a kind with a concurrency limit takes this lock first, until its transaction ends:
 -- claims of one limited kind, in every process, then count and claim one after the other. The

@@ -334,6 +334,7 @@ class PostgresTable:
         limit: int,
         worker: str | None = None,
         limits: Mapping[str, int] | None = None,
+        due_from_us: int | None = None,
     ) -> list[Claimed]:
         if limits:
             return await self._claim_limited(kinds, now_us, lease_until_us, limit, worker, limits)
@@ -343,10 +344,12 @@ class PostgresTable:
             "limit": limit,
             "kinds": texts(tuple(kinds)),
             "worker": worker,
+            "from": due_from_us,
         }
+        statement = SQL["claim"] if due_from_us is None else SQL["claim_from"]
 
         async def claim(cur: psycopg.AsyncCursor[Any]) -> list[Claimed]:
-            await cur.execute(SQL["claim"], params)
+            await cur.execute(statement, params)
             return [
                 Claimed(r[0], r[1], r[2].encode(), r[3], r[4], r[5], None, r[6], r[7], r[8])
                 for r in await cur.fetchall()

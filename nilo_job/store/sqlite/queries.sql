@@ -208,6 +208,19 @@ WHERE id IN (
     ORDER BY run_at, id LIMIT :limit)
 RETURNING id, kind, payload, attempts, run_at, unique_key, snoozes, trace;
 
+-- name: claim_from
+-- `claim` of the queued rows due from :from on, and no running row: serve's claims read from
+-- where its last ones reached.
+UPDATE nilo_jobs
+SET state = 'running', lease_until = :lease_until, attempts = attempts + 1, started_at = :now,
+    worker = :worker
+WHERE id IN (
+    SELECT id FROM nilo_jobs
+    WHERE state = 'queued' AND run_at >= :from AND run_at <= :now
+      AND +kind IN (SELECT value FROM json_each(:kinds))
+    ORDER BY run_at, id LIMIT :limit)
+RETURNING id, kind, payload, attempts, run_at, unique_key, snoozes, trace;
+
 -- name: expired
 -- The running rows of :kinds whose lease ran out by :now that `claim` may take back, each with
 -- the worker that held it ('' when the row does not say): read just before `claim`, in its

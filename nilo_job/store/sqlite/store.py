@@ -281,6 +281,7 @@ class SqliteTable:
         limit: int,
         worker: str | None = None,
         limits: Mapping[str, int] | None = None,
+        due_from_us: int | None = None,
     ) -> list[Claimed]:
         if limits:
             return await self._claim_limited(kinds, now_us, lease_until_us, limit, worker, limits)
@@ -293,6 +294,9 @@ class SqliteTable:
         }
 
         def claim(conn: sqlite3.Connection) -> list[Claimed]:
+            if due_from_us is not None:
+                queued = conn.execute(SQL["claim_from"], {**params, "from": due_from_us})
+                return [claimed_row(r) for r in queued.fetchall()]
             return _claim_in(conn, params)
 
         claimed = await self._db.call(lambda conn: self._db.write(conn, claim), work=True)
