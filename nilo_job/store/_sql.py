@@ -350,6 +350,56 @@ def unwrap_django(tx: object) -> object:
     return tx.connection  # type: ignore[attr-defined]
 
 
+def is_sqlalchemy(tx: object) -> bool:
+    """Whether `tx` is one of SQLAlchemy's objects (a session, a connection, …)."""
+    return type(tx).__module__.startswith("sqlalchemy.")
+
+
+def is_async_sqlalchemy(tx: object) -> bool:
+    """Whether `tx` is a SQLAlchemy `AsyncSession` or `AsyncConnection`."""
+    if not is_sqlalchemy(tx):
+        return False
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    return isinstance(tx, AsyncSession | AsyncConnection)
+
+
+async def unwrap_sqlalchemy_async(tx: object) -> object:
+    """A SQLAlchemy `AsyncSession` or `AsyncConnection` as the driver's connection under it
+    (asyncmy's, for `mysql+asyncmy://`), which push_in writes through; anything else as it is.
+
+    The session's or connection's transaction is begun first where it has none yet, as its own
+    `execute` would begin it: the row is then in the transaction its `commit()` or `rollback()`
+    ends.
+    """
+    if not is_async_sqlalchemy(tx):
+        return tx
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    conn = await tx.connection() if isinstance(tx, AsyncSession) else tx
+    assert isinstance(conn, AsyncConnection)
+    if not conn.in_transaction():
+        await conn.begin()
+    return (await conn.get_raw_connection()).driver_connection
+
+
+def unwrap_sqlalchemy(tx: object) -> object:
+    """A SQLAlchemy `Session` or `Connection` as the driver's connection under it (PyMySQL's,
+    for `mysql+pymysql://`), in its transaction as for `unwrap_sqlalchemy_async`; anything else
+    (an `AsyncSession` too) as it is."""
+    if not is_sqlalchemy(tx):
+        return tx
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
+
+    conn = tx.connection() if isinstance(tx, Session) else tx
+    if not isinstance(conn, Connection):
+        return tx
+    if not conn.in_transaction():
+        conn.begin()
+    return conn.connection.driver_connection
+
+
 def entry_params(entry: WorkerEntry) -> dict[str, object]:
     """The parameters of `worker_register` for `entry`: lists as JSON text."""
     return {

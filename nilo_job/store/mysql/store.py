@@ -46,10 +46,13 @@ from .._sql import (
     death_values,
     end_statement,
     entry_params,
+    is_async_sqlalchemy,
     keep_values,
     lost_values,
     row_view,
     unwrap_django,
+    unwrap_sqlalchemy,
+    unwrap_sqlalchemy_async,
     worker_entry,
 )
 from .._target import shown
@@ -107,8 +110,14 @@ SERVER_STATUS_IN_TRANS = 1
 
 ACCEPTED_TX = (
     "an asyncmy Connection inside a transaction (or without autocommit), or (jobs.sync.push_in) "
-    "a PyMySQL or mysqlclient connection inside one, or Django's connection inside "
-    "transaction.atomic()"
+    "a PyMySQL or mysqlclient connection inside one, or a SQLAlchemy AsyncSession or "
+    "AsyncConnection of mysql+asyncmy, or Session or Connection of mysql+pymysql or "
+    "mysql+mysqldb, or Django's connection inside transaction.atomic()"
+)
+
+SQLALCHEMY_AUTOCOMMIT = (
+    "push_in got a SQLAlchemy session or connection whose isolation_level is AUTOCOMMIT, so the "
+    "row would commit on its own: use one without it"
 )
 
 MYSQL_COLLATION = "utf8mb4_0900_bin"
@@ -327,43 +336,61 @@ class MysqlTable:
 
     async def push_in(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         tx = unwrap_django(tx)
+        via_sqlalchemy = is_async_sqlalchemy(tx)
+        tx = await unwrap_sqlalchemy_async(tx)  # the asyncmy connection under it
         if isinstance(tx, Connection):
             status = getattr(tx, "server_status", 0)
             if tx.get_autocommit() and not status & SERVER_STATUS_IN_TRANS:
                 raise Refusal(
-                    "push_in got an asyncmy connection in autocommit with no open transaction, "
-                    "so the row would commit on its own: `await conn.begin()` first"
+                    SQLALCHEMY_AUTOCOMMIT
+                    if via_sqlalchemy
+                    else "push_in got an asyncmy connection in autocommit with no open "
+                    "transaction, so the row would commit on its own: `await conn.begin()` first"
                 )
             async with tx.cursor() as cur:
                 return [await _insert(cur, row) for row in rows]
+        if via_sqlalchemy:
+            raise Refusal(
+                f"push_in got a SQLAlchemy session or connection on {type(tx).__module__}; "
+                f"this store accepts {ACCEPTED_TX}"
+            )
         return self.push_in_now(tx, rows)
 
     def push_in_now(self, tx: object, rows: Sequence[NewRow]) -> list[int | None]:
         """`push_in` through a synchronous connection (PyMySQL's or mysqlclient's, as Django's
-        MySQL backend has), in the caller's thread.
+        MySQL backend has, or SQLAlchemy's `Session` or `Connection` on one), in the caller's
+        thread.
 
         Raises:
             Refusal: `tx` must be awaited, is in autocommit with no open transaction, or is
                 none this store can write through.
         """
         tx = unwrap_django(tx)
-        if isinstance(tx, Connection):
+        if isinstance(tx, Connection) or is_async_sqlalchemy(tx):
             raise Refusal(
-                "jobs.sync.push_in got an asyncmy Connection, which must be awaited: use "
+                f"jobs.sync.push_in got {_awaited(tx)}, which must be awaited: use "
                 "await jobs.push_in(...)"
             )
+        given = tx
+        tx = unwrap_sqlalchemy(tx)  # the PyMySQL or mysqlclient connection under it
+        via_sqlalchemy = tx is not given
         module = type(tx).__module__
         if not module.startswith(("pymysql", "MySQLdb")):
-            raise Refusal(
-                f"push_in got a {type(tx).__qualname__}; this store accepts {ACCEPTED_TX}"
+            said = (
+                f"a SQLAlchemy session or connection on {module}"
+                if via_sqlalchemy
+                else f"a {type(tx).__qualname__}"
             )
+            raise Refusal(f"push_in got {said}; this store accepts {ACCEPTED_TX}")
         conn: Any = tx
         status = getattr(conn, "server_status", None)
         open_tx = isinstance(status, int) and status & SERVER_STATUS_IN_TRANS
         if conn.get_autocommit() and not open_tx:
             raise Refusal(
-                "push_in got a connection in autocommit with no open transaction, so the row "
-                "would commit on its own: conn.begin() first (or autocommit=False)"
+                SQLALCHEMY_AUTOCOMMIT
+                if via_sqlalchemy
+                else "push_in got a connection in autocommit with no open transaction, so the "
+                "row would commit on its own: conn.begin() first (or autocommit=False)"
             )
         answers: list[int | None] = []
         cur = conn.cursor()
@@ -866,6 +893,13 @@ def _claimed(r: Any) -> Claimed:
     return Claimed(
         int(r[0]), r[1], r[2].encode(), attempts, run_at, r[5], None, snoozes, r[7], r[8]
     )
+
+
+def _awaited(tx: object) -> str:
+    """What `tx`, a connection that must be awaited, is called in a sentence."""
+    if isinstance(tx, Connection):
+        return "an asyncmy Connection"
+    return f"a SQLAlchemy {type(tx).__qualname__}"
 
 
 def _chunks(rows: Sequence[NewRow]) -> list[Sequence[NewRow]]:
