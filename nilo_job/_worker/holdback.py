@@ -2,9 +2,9 @@
 
 A transaction left open on the database (a report, a stuck ORM session, a `psql` left idle in
 transaction) holds a snapshot: while it lasts, PostgreSQL can remove none of the rows deleted or
-updated since it began, so the queue's table and indexes grow and each claim reads through more
-dead entries. On SQLite, an open read transaction keeps checkpoints from completing, and the WAL
-grows with every write.
+updated since it began, so the queue's table and indexes grow (`rebuilds` gives the indexes'
+room back once it has ended). On SQLite, an open read transaction keeps checkpoints from
+completing, and the WAL grows with every write.
 
 Every serving process looks every `EVERY_S` seconds (`Store.held_back`). Once a hold has lasted
 `AFTER_S`, it says so as a WARNING naming what holds it (on PostgreSQL its pid, role,

@@ -37,6 +37,7 @@ from .holdback import HoldWatch
 from .parts import Parts
 from .pauses import Pauses, served
 from .pruner import Pruner
+from .rebuilds import Rebuilds
 from .runner import Runner
 from .wakeups import Wakeup
 
@@ -152,6 +153,7 @@ class Server:
         if self.pruner is not None:
             helpers.append(asyncio.create_task(self.pruner.run()))
         helpers.append(asyncio.create_task(HoldWatch(self.store, repr(self.store)).run()))
+        helpers.append(asyncio.create_task(Rebuilds(self.store, repr(self.store)).run()))
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(
             "serving %s with %s%s", ", ".join(self.names), count_of(self.workers, "worker"),

@@ -327,6 +327,16 @@ class RowView:
 
 
 @dataclass(frozen=True, slots=True)
+class Rebuilt:
+    """An index of the queue table that `Store.rebuild_swollen` rebuilt: its name, and its size
+    before and after, in bytes."""
+
+    index: str
+    before_bytes: int
+    after_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class HeldBack:
     """What holds back the cleanup of the queue's tables, as `Store.held_back` sees it.
 
@@ -620,6 +630,14 @@ class Store(Protocol):
     async def workers(self) -> list[WorkerEntry]:
         """Every entry of the registry, by `started_at` then id. Memory knows this process's
         alone."""
+
+    async def rebuild_swollen(self) -> list[Rebuilt]:
+        """Rebuild the indexes of the queue table that have swollen far past what their live
+        entries need (a transaction that held an old snapshot, a backlog run down: an index's
+        file never shrinks by itself), without blocking pushes, claims or ends; the indexes
+        rebuilt. PostgreSQL: `REINDEX INDEX CONCURRENTLY`, by one process at a time, not while
+        something holds back the cleanup, and not behind a pooler without a direct URL. The
+        other stores: nothing (SQLite and InnoDB reuse the room in their files)."""
 
     async def held_back(self) -> HeldBack | None:
         """What holds back the cleanup of the queue's tables now (see `HeldBack`), however

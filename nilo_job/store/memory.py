@@ -29,6 +29,7 @@ from .contract import (
     End,
     HeldBack,
     NewRow,
+    Rebuilt,
     Released,
     Retrying,
     RowView,
@@ -612,6 +613,9 @@ class Memory:
     async def workers(self) -> list[WorkerEntry]:
         with self._lock:
             return sorted(self._entries.values(), key=lambda e: (e.started_at, e.id))
+
+    async def rebuild_swollen(self) -> list[Rebuilt]:
+        return []  # (nothing to rebuild in this process)
 
     async def held_back(self) -> HeldBack | None:
         return None  # nothing outside this process holds a Memory's rows

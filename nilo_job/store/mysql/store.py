@@ -67,6 +67,7 @@ from ..contract import (
     End,
     HeldBack,
     NewRow,
+    Rebuilt,
     Released,
     RowView,
     Where,
@@ -759,6 +760,9 @@ class MysqlTable:
 
     async def workers(self) -> list[WorkerEntry]:
         return [worker_entry(row) for row in await self._all(SQL["workers"])]
+
+    async def rebuild_swollen(self) -> list[Rebuilt]:
+        return []  # (InnoDB reuses its pages; OPTIMIZE TABLE would block the queue)
 
     async def held_back(self) -> HeldBack | None:
         """The oldest transaction of another session whose read view holds back InnoDB's purge

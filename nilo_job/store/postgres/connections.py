@@ -493,15 +493,29 @@ class Connections:
         Raises:
             StoreUnavailable: the server cannot be reached.
         """
+        async with self.own() as conn:
+            self.listener = conn
+            try:
+                yield conn
+            finally:
+                self.listener = None
+
+    @contextlib.asynccontextmanager
+    async def own(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection of its own in autocommit, for as long as the block lasts: to
+        `listen_url` when given, else to the store's server (over an application's pool, with
+        the pool's connection string and arguments), never one of a pool's.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
         if self.listen_to is not None:
             conn = await self.connect(self.listen_to)
         else:
             conn = await self.connect(**self.kwargs)
-        self.listener = conn
         try:
             yield conn
         finally:
-            self.listener = None
             await conn.close()
 
     async def close(self) -> None:

@@ -598,3 +598,30 @@ FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
   AND xact_start IS NOT NULL AND backend_type = 'client backend'
 ORDER BY xact_start LIMIT 1;
+
+-- name: swollen
+-- The valid indexes of `nilo_jobs` whose files have swollen: larger than 1 MB and than four
+-- times what their live entries need at 100 bytes each (VACUUM counts the live entries in the
+-- index's `reltuples`; -1, never counted, is left alone). What a transaction holding an old
+-- snapshot, or a backlog run down, leaves: a B-tree's file never shrinks by itself.
+SELECT index.relname, pg_relation_size(index.oid)
+FROM pg_index AS i JOIN pg_class AS index ON index.oid = i.indexrelid
+WHERE i.indrelid = 'nilo_jobs'::regclass AND i.indisvalid AND index.reltuples >= 0
+  AND pg_relation_size(index.oid) > greatest(1048576, 4 * 100 * index.reltuples)
+ORDER BY index.relname;
+
+-- name: unfinished_rebuilds
+-- What a `REINDEX CONCURRENTLY` of `nilo_jobs` cut short leaves: an invalid index named
+-- `…_ccnew` (or `…_ccold`), which every write still keeps up. Dropped before the next rebuild.
+SELECT index.relname
+FROM pg_index AS i JOIN pg_class AS index ON index.oid = i.indexrelid
+WHERE i.indrelid = 'nilo_jobs'::regclass AND NOT i.indisvalid
+  AND (index.relname LIKE '%\_ccnew%' OR index.relname LIKE '%\_ccold%')
+ORDER BY index.relname;
+
+-- name: index_size
+SELECT pg_relation_size(to_regclass(%s));
+
+-- name: rebuild_lock
+-- One process rebuilds at a time: a session lock, tried (the others go on without waiting).
+SELECT pg_try_advisory_lock(hashtext('nilo_jobs concurrency'), hashtext('rebuild'));

@@ -53,6 +53,7 @@ from ..contract import (
     End,
     HeldBack,
     NewRow,
+    Rebuilt,
     RowView,
     Where,
     WorkerEntry,
@@ -63,6 +64,7 @@ from .bounds import ANSWER_MS, MOST_ANSWER_MS
 from .connections import Connections, where
 from .listen import listen
 from .pooler import check_pool, read_pooler
+from .rebuild import rebuild_swollen
 from .schema import read_schema, upgrade
 from .statements import (
     SQL,
@@ -643,6 +645,9 @@ class PostgresTable:
 
     async def workers(self) -> list[WorkerEntry]:
         return [worker_entry(row) for row in await self._all(SQL["workers"])]
+
+    async def rebuild_swollen(self) -> list[Rebuilt]:
+        return await rebuild_swollen(self._connections, await self.held_back())
 
     async def held_back(self) -> HeldBack | None:
         found = await self._all(SQL["held_back"], what="a look at pg_stat_activity")

@@ -56,6 +56,7 @@ from ..contract import (
     End,
     HeldBack,
     NewRow,
+    Rebuilt,
     Released,
     RowView,
     Where,
@@ -579,6 +580,9 @@ class SqliteTable:
     async def workers(self) -> list[WorkerEntry]:
         found = await self._db.call(lambda conn: conn.execute(SQL["workers"]).fetchall())
         return [worker_entry(row) for row in found]
+
+    async def rebuild_swollen(self) -> list[Rebuilt]:
+        return []  # (SQLite reuses the free pages of its file)
 
     async def held_back(self) -> HeldBack | None:
         if self.path == ":memory:":

@@ -1,0 +1,189 @@
+"""The room a swollen index took is given back: on PostgreSQL, `rebuild_swollen` rebuilds the
+indexes of `nilo_jobs` far larger than their live entries need (`REINDEX INDEX CONCURRENTLY`),
+and serve asks for it every minute, saying what it rebuilt or why it could not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+
+import nilo_job as job
+from nilo_job._worker import rebuilds
+from nilo_job._worker.rebuilds import Rebuilds
+from nilo_job.store.contract import NewRow, Rebuilt, Store
+from nilo_job.store.postgres import rebuild
+
+ROWS = 60_000
+
+
+def sizes(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Each valid index of `nilo_jobs`, with its size in bytes."""
+    found = conn.execute(
+        "SELECT c.relname, pg_relation_size(c.oid) FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = 'nilo_jobs'::regclass AND i.indisvalid"
+    ).fetchall()
+    return dict(found)
+
+
+def run_down_a_backlog(conn: psycopg.Connection[Any]) -> None:
+    """`ROWS` rows queued, claimed and done (deleted), then vacuumed: their entries' pages stay
+    in every index's file."""
+    conn.execute(
+        "INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at, attempts) "
+        "SELECT 'k', '{}', 'queued', g, g, 0 FROM generate_series(1, %s) AS g",
+        (ROWS,),
+    )
+    conn.execute(
+        "UPDATE nilo_jobs SET state = 'running', attempts = 1, lease_until = run_at + 10, "
+        "started_at = run_at, worker = 'w'"
+    )
+    conn.execute("DELETE FROM nilo_jobs")
+    conn.execute("VACUUM nilo_jobs")
+
+
+@pytest.mark.postgres
+async def test_the_swollen_indexes_are_rebuilt_and_give_their_room_back(pg_url: str) -> None:
+    store = job.Table(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        fresh = sizes(conn)
+        assert await store.rebuild_swollen() == []  # nothing has swollen yet
+        run_down_a_backlog(conn)
+        swollen = sizes(conn)
+        try:
+            rebuilt = await store.rebuild_swollen()
+        finally:
+            await store.close()
+        after = sizes(conn)
+    names = [r.index for r in rebuilt]
+    # (`nilo_jobs_unique` holds the rows with a unique key alone: none here)
+    assert names == ["nilo_jobs_due", "nilo_jobs_lease", "nilo_jobs_pkey"]
+    for r in rebuilt:
+        assert r.before_bytes == swollen[r.index] > 1_048_576
+        assert r.after_bytes == after[r.index] == fresh[r.index]
+    assert after == fresh  # every index as small as on the fresh table, none left invalid
+
+
+@pytest.mark.postgres
+async def test_no_rebuild_while_a_transaction_holds_back_the_cleanup(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rebuild, "HELD_S", 0.0)
+    store = job.Table(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        run_down_a_backlog(conn)
+        swollen = sizes(conn)
+        with psycopg.connect(pg_url, autocommit=True) as held:
+            held.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            held.execute("SELECT count(*) FROM nilo_jobs").fetchone()
+            try:
+                assert await store.rebuild_swollen() == []
+            finally:
+                held.execute("ROLLBACK")
+                await store.close()
+        assert sizes(conn) == swollen
+
+
+@pytest.mark.postgres
+async def test_what_a_rebuild_cut_short_left_is_dropped_first(pg_url: str) -> None:
+    store = job.Table(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts) "
+            "VALUES ('k', '{}', 'queued', 1, 0), ('k', '{}', 'queued', 2, 0)"
+        )
+        # A concurrent build that fails leaves its index behind, invalid, as a cut-short
+        # REINDEX CONCURRENTLY leaves `…_ccnew`.
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("CREATE UNIQUE INDEX CONCURRENTLY nilo_jobs_due_ccnew ON nilo_jobs (kind)")
+        invalid = "SELECT count(*) FROM pg_class WHERE relname = 'nilo_jobs_due_ccnew'"
+        assert conn.execute(invalid).fetchone() == (1,)
+        try:
+            assert await store.rebuild_swollen() == []
+        finally:
+            await store.close()
+        assert conn.execute(invalid).fetchone() == (0,)
+
+
+async def test_a_fresh_table_has_nothing_to_rebuild(store: Store) -> None:
+    await store.push([NewRow("k", b"{}", 1, None)])
+    assert await store.rebuild_swollen() == []
+
+
+@dataclasses.dataclass
+class Idle:
+    nilo_job = "idle"
+    retry = job.Retry.NONE
+
+    def run(self) -> None:
+        pass
+
+
+class Rebuilding(job.Memory):
+    """A store whose rebuilds answer what the test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[list[Rebuilt] | Exception] = []
+
+    async def rebuild_swollen(self) -> list[Rebuilt]:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def test_each_rebuild_is_said_and_a_failure_once_until_it_changes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = Rebuilding()
+    denied = psycopg.errors.InsufficientPrivilege("must be owner of index nilo_jobs_due")
+    store.answers = [
+        [Rebuilt("nilo_jobs_due", 5_600_000, 16_384), Rebuilt("nilo_jobs_pkey", 8_300_000, 8_192)],
+        denied,
+        denied,
+        RuntimeError("another"),
+        [],
+    ]
+    watch = Rebuilds(store, "job.Table('postgresql://app@db/app')")
+    with caplog.at_level(logging.INFO, logger="nilo_job"):
+        for _ in range(5):
+            await watch.look()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "INFO",
+            "rebuilt the index nilo_jobs_due of job.Table('postgresql://app@db/app'), which had "
+            "swollen: 5.6 MB → 0.0 MB",
+        ),
+        (
+            "INFO",
+            "rebuilt the index nilo_jobs_pkey of job.Table('postgresql://app@db/app'), which had "
+            "swollen: 8.3 MB → 0.0 MB",
+        ),
+        (
+            "WARNING",
+            "rebuilding the swollen indexes of job.Table('postgresql://app@db/app') failed "
+            "(InsufficientPrivilege: must be owner of index nilo_jobs_due); trying again in 60 s",
+        ),
+        (
+            "WARNING",
+            "rebuilding the swollen indexes of job.Table('postgresql://app@db/app') failed "
+            "(RuntimeError: another); trying again in 60 s",
+        ),
+    ]
+
+
+async def test_serve_asks_for_rebuilds_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.helpers.serving import until
+
+    monkeypatch.setattr(rebuilds, "EVERY_S", 0.01)
+    store = Rebuilding()
+    store.answers = [[], [], []]
+    jobs = job.Jobs(kinds=[Idle], store=store)
+    async with jobs.serving():
+        await until("three looks", lambda: not store.answers)
