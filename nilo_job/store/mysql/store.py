@@ -91,10 +91,11 @@ from .statements import (
 log = logging.getLogger("nilo_job")
 
 ANSWER_MS = 10_000
+"""How long the server has to answer one call, in milliseconds, unless the store is told."""
+
 NO_PROCESS = 1227
 """ER_SPECIFIC_ACCESS_DENIED_ERROR: the user lacks a privilege (PROCESS, to read the server's
 transactions)."""
-"""How long the server has to answer one call, in milliseconds, unless the store is told."""
 
 ANSWER = Span(100, 86_400_000, "whole milliseconds", "a day")
 """`answer_ms`."""
