@@ -259,10 +259,10 @@ class Ends:
     async def give_back(self, rows: Sequence[Claimed], run_at: int | None = None) -> int | None:
         """Queue `rows`, claimed and not started, again unrun (due when they were, or at
         `run_at`, µs), in one `finish` that a cancel of the caller does not cut short; a failure
-        leaves them to their lease (while serve runs, it holds them until then: `Bound`).
-        serve hears of them as of a push (a row due before its claims' front makes the next
-        claim a full one). Answers how many were queued again (the others had been taken by
-        another worker), or None when the store did not take the write."""
+        leaves them to their lease (while serve runs, it holds them until then: `Bound`). A
+        row due before serve's claims' front makes its next claim a full one. Answers how many
+        were queued again (the others had been taken by another worker), or None when the store
+        did not take the write."""
         if not rows:
             return 0
         ends = [
@@ -276,7 +276,9 @@ class Ends:
                 for row in rows:
                     self.bound.hold(row.id)
             return None
-        self.wakeups.wake_at(min(end.run_at for end in ends))
+        # (No wake-up for their due time: this process gave them back, and another may take
+        # them first. A row due before serve's front makes its next claim a full one.)
+        self.wakeups.front.woken(min(end.run_at for end in ends))
         return sum(applied)
 
     def later(self, work: Coroutine[Any, Any, object]) -> None:
