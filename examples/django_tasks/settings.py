@@ -1,31 +1,49 @@
 """Settings of the example project: one app, one database, and its tasks on nilo-job.
 
 `DJANGO_TASKS_DATABASE_URL` (this project's own variable) picks the database: a SQLite file by
-default, or `postgresql://user@host/db`. The tasks' table, `nilo_jobs`, is in that same
-database: no `store` option is given, so the backend uses Django's `default` database, and a
-task enqueued inside `transaction.atomic()` commits or rolls back with it.
+default, `postgresql://user@host/db`, or `mariadb://user@host/db` (or `mysql://…`, on Django's
+MySQL backend, with PyMySQL standing in for mysqlclient where that is not installed). The tasks'
+table, `nilo_jobs`, is in that same database: no `store` option is given, so the backend uses
+Django's `default` database, and a task enqueued inside `transaction.atomic()` commits or rolls
+back with it.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 DATABASE_URL = os.environ.get("DJANGO_TASKS_DATABASE_URL", "sqlite:///django_tasks.db")
 
 
-def _database(url: str) -> dict[str, str]:
+def _database(url: str) -> dict[str, Any]:
     if url.startswith("sqlite:///"):
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": url.removeprefix("sqlite:///")}
     parts = urlsplit(url)
+    mysql = parts.scheme in ("mariadb", "mysql")
+    if mysql:
+        _mysql_driver()
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": f"django.db.backends.{'mysql' if mysql else 'postgresql'}",
         "NAME": unquote(parts.path.lstrip("/")),
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
+        **({"OPTIONS": {"charset": "utf8mb4"}} if mysql else {}),
     }
+
+
+def _mysql_driver() -> None:
+    """Django's MySQL backend imports mysqlclient (`MySQLdb`), a C extension; where it is not
+    installed, PyMySQL stands in for it."""
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError:
+        import pymysql
+
+        pymysql.install_as_MySQLdb()
 
 
 DATABASES = {"default": _database(DATABASE_URL)}

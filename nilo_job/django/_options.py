@@ -26,6 +26,14 @@ KNOWN = (
 _LIBPQ = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name")
 """The keys of a PostgreSQL database's Django `OPTIONS` that go into the store's URL."""
 
+_MYSQL = ("connect_timeout", "unix_socket")
+"""The keys of a MariaDB/MySQL database's Django `OPTIONS` that go into the store's URL."""
+
+_MYSQL_UNCARRIED = ("read_default_file", "ssl", "ssl_mode")
+"""The keys of a MariaDB/MySQL database's Django `OPTIONS` that change where or how Django
+connects and that the store's URL cannot say (an option file, TLS): with one, the store is not
+derived from the database, lest it reach another server or connect without TLS."""
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -51,7 +59,9 @@ def read(alias: str, options: Mapping[str, Any]) -> Options:
 
     Raises:
         Refusal: an unknown option, a value of the wrong type, a database alias Django does not
-            have, or a database engine other than SQLite and PostgreSQL with no `store` given.
+            have, or with no `store` given: a database engine other than SQLite, PostgreSQL and
+            MariaDB/MySQL, or a MariaDB/MySQL database whose `OPTIONS` the store's URL cannot
+            carry.
     """
     where = f"TASKS[{alias!r}]['OPTIONS']"
     if not isinstance(options, Mapping):
@@ -69,17 +79,19 @@ def read(alias: str, options: Mapping[str, Any]) -> Options:
     if store is None:
         joined: str | None = database
         store = derived
+        _carried(alias, database)
     elif not isinstance(store, str):
         raise Refusal(
-            f"{where}['store'] must be a URL (sqlite:///db.sqlite3, postgresql://…), "
-            f"not {type(store).__name__}"
+            f"{where}['store'] must be a URL (sqlite:///db.sqlite3, postgresql://…, "
+            f"mysql://…), not {type(store).__name__}"
         )
     else:
         joined = database if derived is not None and same_database(store, derived) else None
     if store is None:
         raise Refusal(
-            f"DATABASES[{database!r}] is neither SQLite nor PostgreSQL, where nilo-job keeps its "
-            f"table: set {where}['store'] to a sqlite:/// or postgresql:// URL"
+            f"DATABASES[{database!r}] is neither SQLite, PostgreSQL nor MariaDB/MySQL, where "
+            f"nilo-job keeps its table: set {where}['store'] to a sqlite:///, postgresql:// or "
+            "mysql:// URL"
         )
     timeout_ms = options.get("timeout_ms")
     if timeout_ms is not None:
@@ -140,7 +152,10 @@ def _positive(name: str, value: object) -> None:
 def django_database_url(alias: str, database: str) -> str | None:
     """The URL of the Django database `database` as a nilo-job store: `sqlite:////abs/path` for
     SQLite's `NAME`, `postgresql://USER:PASSWORD@HOST:PORT/NAME` (with `sslmode` and the like
-    from its `OPTIONS`) for PostgreSQL; None for another engine.
+    from its `OPTIONS`) for PostgreSQL, `mysql://USER:PASSWORD@HOST:PORT/NAME` (with
+    `connect_timeout` and `unix_socket` from its `OPTIONS`, or a `HOST` that is a socket's path)
+    for MariaDB and MySQL, which Django's one backend serves both (the store tells them apart by
+    the server's version once it connects); None for another engine.
 
     Raises:
         Refusal: `database` is not in DATABASES, or is an in-memory SQLite database, which a
@@ -165,22 +180,59 @@ def django_database_url(alias: str, database: str) -> str | None:
             )
         return "sqlite:///" + os.path.abspath(name)
     if engine.endswith((".postgresql", ".postgis")):
-        user = quote(str(db.get("USER") or ""), safe="")
-        password = quote(str(db.get("PASSWORD") or ""), safe="")
-        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        host = str(db.get("HOST") or "")
-        netloc = auth + (f"[{host}]" if ":" in host else quote(host, safe="/"))
-        if db.get("PORT"):
-            netloc += f":{db['PORT']}"
+        netloc = _netloc(db, str(db.get("HOST") or ""))
         extra = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in _LIBPQ}
         query = f"?{urlencode(extra)}" if extra else ""
         return f"postgresql://{netloc}/{quote(str(db.get('NAME') or ''), safe='')}{query}"
+    if engine.endswith(".mysql"):
+        host = str(db.get("HOST") or "")
+        extra = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in _MYSQL}
+        if host.startswith("/"):  # Django's MySQL backend: a HOST from "/" is a Unix socket
+            extra.setdefault("unix_socket", host)
+            host = "localhost"
+        query = f"?{urlencode(extra)}" if extra else ""
+        return f"mysql://{_netloc(db, host)}/{quote(str(db.get('NAME') or ''), safe='')}{query}"
     return None
+
+
+def _netloc(db: Mapping[str, Any], host: str) -> str:
+    """`USER:PASSWORD@HOST:PORT` of the Django database `db`, percent-encoded, an IPv6 `host`
+    in brackets."""
+    user = quote(str(db.get("USER") or ""), safe="")
+    password = quote(str(db.get("PASSWORD") or ""), safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    netloc = auth + (f"[{host}]" if ":" in host else quote(host, safe="/"))
+    if db.get("PORT"):
+        netloc += f":{db['PORT']}"
+    return netloc
+
+
+def _carried(alias: str, database: str) -> None:
+    """Refuse a MariaDB/MySQL `database` whose `OPTIONS` the store's URL cannot carry, when
+    the store would be derived from it.
+
+    Raises:
+        Refusal: its `OPTIONS` name an option file or TLS (`_MYSQL_UNCARRIED`).
+    """
+    from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
+
+    db: Mapping[str, Any] = settings.DATABASES[database]
+    if not str(db.get("ENGINE", "")).endswith(".mysql"):
+        return
+    left = [k for k in _MYSQL_UNCARRIED if k in (db.get("OPTIONS") or {})]
+    if left:
+        raise Refusal(
+            f"DATABASES[{database!r}]['OPTIONS'] has {', '.join(left)}, which the URL of "
+            "nilo-job's MariaDB/MySQL store cannot carry (it takes USER, PASSWORD, HOST, PORT, "
+            f"NAME, connect_timeout and unix_socket, and no TLS): set "
+            f"TASKS[{alias!r}]['OPTIONS']['store'] to a mysql:// URL of that database"
+        )
 
 
 def same_database(url: str, other: str) -> bool:
     """Whether the store URLs `url` and `other` name one database: one SQLite file (by its
-    absolute path), or one PostgreSQL host, port and database name."""
+    absolute path), or one PostgreSQL host, port and database name, or one MariaDB/MySQL host,
+    port and database name (`mysql://` and `mariadb://` alike)."""
     if url.startswith("sqlite:///") and other.startswith("sqlite:///"):
 
         def path(u: str) -> str:
@@ -194,4 +246,12 @@ def same_database(url: str, other: str) -> bool:
             return (u.hostname or "localhost", u.port or 5432, unquote(u.path.lstrip("/")))
 
         return where(a) == where(b)
+    mysql = ("mysql://", "mariadb://")
+    if url.startswith(mysql) and other.startswith(mysql):
+        a, b = urlsplit(url), urlsplit(other)
+
+        def server(u: Any) -> tuple[str, int, str]:
+            return (u.hostname or "localhost", u.port or 3306, unquote(u.path.lstrip("/")))
+
+        return server(a) == server(b)
     return False

@@ -1,5 +1,7 @@
 """Django's Tasks framework (`django.tasks`) on nilo-job: `nilo_job.django.TaskBackend` in the
-example project `examples/django_tasks`, with a real worker process, on SQLite and PostgreSQL.
+example project `examples/django_tasks`, with a real worker process, on SQLite, PostgreSQL and
+MariaDB (Django's MySQL backend, with PyMySQL standing in for mysqlclient, as the example's
+settings let it).
 
 Django's settings are global to a process, so each database runs
 `tests/helpers/django_tasks_scenarios.py` in a pytest process of its own (the scenarios are
@@ -69,6 +71,88 @@ def test_djangos_tasks_run_on_nilo_job(
     assert done.returncode == 0, done.stdout + done.stderr
     last = done.stdout.splitlines()[-1]
     assert re.match(rf"^{SCENARIOS} passed in [\d.]+s", last), done.stdout
+
+
+DATABASES = """\
+import json
+
+import django
+from django.conf import settings
+
+mysql = {"ENGINE": "django.db.backends.mysql", "NAME": "shop", "USER": "app"}
+settings.configure(
+    DATABASES={
+        "default": {
+            **mysql, "PASSWORD": "p@ss:w/rd", "HOST": "db.internal", "PORT": 3307,
+            "OPTIONS": {"charset": "utf8mb4", "connect_timeout": 5, "init_command": "SET x=1"},
+        },
+        "socket": {**mysql, "HOST": "/run/mysqld/mysqld.sock"},
+        "tls": {**mysql, "HOST": "db.internal", "OPTIONS": {"ssl": {"ca": "/etc/ca.pem"}}},
+        "oracle": {"ENGINE": "django.db.backends.oracle", "NAME": "xe", "USER": "app"},
+    },
+)
+django.setup()
+
+import nilo_job as job
+from nilo_job.django import TaskBackend
+from nilo_job.store.mysql.connections import server_of
+
+seen = {}
+for name, options in {
+    "default": {},
+    "socket": {"database": "socket"},
+    "same_on_mariadb": {"store": "mariadb://other@db.internal:3307/shop"},
+    "another_port": {"store": "mariadb://app@db.internal:3306/shop"},
+    "tls_with_a_store": {"database": "tls", "store": "mysql://app@db.internal/shop"},
+    "tls": {"database": "tls"},
+    "oracle": {"database": "oracle"},
+}.items():
+    try:
+        given = TaskBackend("extra", {"OPTIONS": options}).settings
+    except job.Refusal as refused:
+        seen[name] = str(refused)
+        continue
+    seen[name] = [given.store, given.database]
+    if name in ("default", "socket"):  # what the store reads in the URL
+        server = server_of(given.store)
+        seen[name] += [
+            server.host, server.port, server.user, server.password, server.database,
+            server.unix_socket, server.connect_timeout,
+        ]
+print(json.dumps(seen))
+"""
+"""Django settings with MariaDB/MySQL databases, and Oracle's, read by the backend (no server)."""
+SOCKET_PATH = "/run/mysqld/mysqld.sock"
+
+
+def test_a_mysql_database_gives_the_store_and_an_engine_without_one_is_refused() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", DATABASES],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+    url = "mysql://app:p%40ss%3Aw%2Frd@db.internal:3307/shop?connect_timeout=5"
+    socket = "mysql://app@localhost/shop?unix_socket=%2Frun%2Fmysqld%2Fmysqld.sock"
+    assert json.loads(done.stdout) == {
+        "default": [url, "default", "db.internal", 3307, "app", "p@ss:w/rd", "shop", None, 5.0],
+        "socket": [socket, "socket", "localhost", 3306, "app", "", "shop", SOCKET_PATH, 10.0],
+        # A store named by another URL of the same database joins its transactions; not another.
+        "same_on_mariadb": ["mariadb://other@db.internal:3307/shop", "default"],
+        "another_port": ["mariadb://app@db.internal:3306/shop", None],
+        "tls_with_a_store": ["mysql://app@db.internal/shop", "tls"],
+        "tls": (
+            "DATABASES['tls']['OPTIONS'] has ssl, which the URL of nilo-job's MariaDB/MySQL "
+            "store cannot carry (it takes USER, PASSWORD, HOST, PORT, NAME, connect_timeout and "
+            "unix_socket, and no TLS): set TASKS['extra']['OPTIONS']['store'] to a mysql:// URL "
+            "of that database"
+        ),
+        "oracle": (
+            "DATABASES['oracle'] is neither SQLite, PostgreSQL nor MariaDB/MySQL, where nilo-job "
+            "keeps its table: set TASKS['extra']['OPTIONS']['store'] to a sqlite:///, "
+            "postgresql:// or mysql:// URL"
+        ),
+    }
 
 
 def test_the_backend_says_what_it_supports_as_djangos_contract_asks() -> None:
