@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from .._base.text import duration
 from ..store.contract import HeldBack, Store
@@ -80,13 +81,21 @@ class HoldWatch:
         where: the store as sentences name it (its target, without a password).
         after_s: a hold is said once it has lasted this many seconds.
         again_s: while it lasts, it is said again every this many seconds.
+        ended: called when a hold it said has ended (serve's `Rebuilds.arm`).
     """
 
     def __init__(
-        self, store: Store, where: str, *, after_s: float = AFTER_S, again_s: float = AGAIN_S
+        self,
+        store: Store,
+        where: str,
+        *,
+        after_s: float = AFTER_S,
+        again_s: float = AGAIN_S,
+        ended: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.where = where
+        self.ended = ended  # told when a hold it said has ended
         self.after_s = after_s
         self.again_s = again_s
         self.said: HeldBack | None = None  # the hold last said, while it lasts
@@ -110,6 +119,7 @@ class HoldWatch:
             what = "read transaction" if pid is None else f"transaction (session {pid})"
             log.info("the %s that held back the cleanup of %s has ended", what, self.where)
             self.said = None
+            self.ended()
         if hold is None or hold.age_s < self.after_s:
             return hold
         if self.said is None or now - self.said_at >= self.again_s:

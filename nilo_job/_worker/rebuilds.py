@@ -1,11 +1,17 @@
-"""Swollen indexes rebuilt: the room a long-held snapshot or a run-down backlog left in the
-queue table's indexes is given back while serve runs, without an operator's hand.
+"""Swollen indexes rebuilt: the room a long-held snapshot left in the queue table's indexes is
+given back while serve runs, without an operator's hand.
 
-Every serving process asks the store every `EVERY_S` seconds (`Store.rebuild_swollen`; on
-PostgreSQL one process at a time rebuilds, with `REINDEX INDEX CONCURRENTLY`, which blocks no
-push, claim or end). Each index rebuilt is said at INFO with its size before and after. A
-failure (a role that does not own the table may not rebuild its indexes) is said once as a
-WARNING, again only when it changes, and tried again at the next look; it never stops serve.
+A serving process asks the store (`Store.rebuild_swollen`; on PostgreSQL one process at a time
+rebuilds, with `REINDEX INDEX CONCURRENTLY`, which blocks no push, claim or end) once
+`EVERY_S` seconds after serve starts (what an earlier hold or a backlog left), and, once a hold
+the watch said has ended (`HoldWatch`), every `EVERY_S` seconds for up to `LOOKS` looks, until
+a look rebuilds something: time for autovacuum to count the live entries the indexes hold.
+Between those it does not ask: an index under steady traffic grows to a working size, larger
+than its live entries need, which a rebuild would only have it grow back to.
+
+Each index rebuilt is said at INFO with its size before and after. A failure (a role that does
+not own the table may not rebuild its indexes) is said once as a WARNING, again only when it
+changes; it never stops serve.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from ..store.contract import Store
 log = logging.getLogger("nilo_job")
 
 EVERY_S = 60.0
-"""How often a serving process asks, in seconds (its first look too, after serve starts)."""
+"""The time between two looks, in seconds (the first look too, after serve starts)."""
+
+LOOKS = 10
+"""The looks after a hold has ended, until one rebuilds something."""
 
 
 class Rebuilds:
@@ -34,15 +43,23 @@ class Rebuilds:
         self.store = store
         self.where = where
         self.failed: str | None = None  # the last failure said
+        self.looks = 1  # the looks left (one as serve starts)
+
+    def arm(self) -> None:
+        """A hold has ended: look again, `LOOKS` times at most."""
+        self.looks = LOOKS
 
     async def run(self) -> None:
-        """Look every `EVERY_S` seconds until cancelled."""
+        """Every `EVERY_S` seconds until cancelled, look if looks are left."""
         while True:
             await asyncio.sleep(EVERY_S)
-            await self.look()
+            if self.looks > 0:
+                self.looks -= 1
+                if await self.look():
+                    self.looks = 0
 
-    async def look(self) -> None:
-        """Ask once; say what was rebuilt, or why it failed."""
+    async def look(self) -> bool:
+        """Ask once; say what was rebuilt, or why it failed. Whether anything was rebuilt."""
         try:
             rebuilt = await self.store.rebuild_swollen()
         except Exception as error:
@@ -53,10 +70,11 @@ class Rebuilds:
                     self.where, said, EVERY_S,
                 )  # fmt: skip
             self.failed = said
-            return
+            return False
         self.failed = None
         for index in rebuilt:
             log.info(
                 "rebuilt the index %s of %s, which had swollen: %.1f MB → %.1f MB",
                 index.index, self.where, index.before_bytes / 1e6, index.after_bytes / 1e6,
             )  # fmt: skip
+        return bool(rebuilt)

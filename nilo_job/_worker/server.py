@@ -152,8 +152,9 @@ class Server:
         ]
         if self.pruner is not None:
             helpers.append(asyncio.create_task(self.pruner.run()))
-        helpers.append(asyncio.create_task(HoldWatch(self.store, repr(self.store)).run()))
-        helpers.append(asyncio.create_task(Rebuilds(self.store, repr(self.store)).run()))
+        rebuilds = Rebuilds(self.store, repr(self.store))
+        holds = HoldWatch(self.store, repr(self.store), ended=rebuilds.arm)
+        helpers += [asyncio.create_task(holds.run()), asyncio.create_task(rebuilds.run())]
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(
             "serving %s with %s%s", ", ".join(self.names), count_of(self.workers, "worker"),

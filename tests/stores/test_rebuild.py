@@ -5,6 +5,7 @@ and serve asks for it every minute, saying what it rebuilt or why it could not.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any
@@ -178,12 +179,59 @@ async def test_each_rebuild_is_said_and_a_failure_once_until_it_changes(
     ]
 
 
-async def test_serve_asks_for_rebuilds_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_serve_looks_once_as_it_starts_and_again_after_a_hold_until_a_rebuild(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.helpers.serving import until
+
+    monkeypatch.setattr(rebuilds, "EVERY_S", 0.01)
+    monkeypatch.setattr(rebuilds, "LOOKS", 3)
+    store = Rebuilding()
+    swollen = [Rebuilt("nilo_jobs_due", 5_600_000, 16_384)]
+    store.answers = [[], [], swollen, [], []]
+    watch = Rebuilds(store, "a store")
+    running = asyncio.create_task(watch.run())
+    try:
+        await until("the look as serve starts", lambda: len(store.answers) == 4)
+        for _ in range(20):  # (twenty more looks' time: none is made)
+            await asyncio.sleep(0.01)
+        assert len(store.answers) == 4
+        watch.arm()  # a hold has ended: looks until one rebuilds something
+        await until("the look that rebuilt", lambda: len(store.answers) == 2)
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert store.answers == [[], []]
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_serve_looks_once_it_has_started(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.helpers.serving import until
 
     monkeypatch.setattr(rebuilds, "EVERY_S", 0.01)
     store = Rebuilding()
-    store.answers = [[], [], []]
+    store.answers = [[]]
     jobs = job.Jobs(kinds=[Idle], store=store)
     async with jobs.serving():
-        await until("three looks", lambda: not store.answers)
+        await until("a look", lambda: not store.answers)
+
+
+async def test_a_hold_that_ends_arms_the_rebuilds() -> None:
+    from nilo_job._worker.holdback import HoldWatch
+    from nilo_job.store.contract import HeldBack
+
+    store = Rebuilding()
+    holds = [HeldBack(age_s=61.0, pid=7, state="idle in transaction"), None]
+
+    async def held_back() -> HeldBack | None:
+        return holds.pop(0)
+
+    store.held_back = held_back  # type: ignore[method-assign]
+    watch = Rebuilds(store, "a store")
+    watch.looks = 0
+    hold_watch = HoldWatch(store, "a store", ended=watch.arm)
+    await hold_watch.look()  # the hold, said
+    assert watch.looks == 0
+    await hold_watch.look()  # ended
+    assert watch.looks == rebuilds.LOOKS
