@@ -152,6 +152,18 @@ async def until_counted(counter: Counter, began: float, cap_s: float) -> dict[st
     return rate(counter.target, counter.done_at - began, capped=False)
 
 
+UNDONE = {
+    "nilo": "SELECT count(*) FROM nilo_jobs",
+    "pgqueuer": "SELECT count(*) FROM pgqueuer",
+    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
+    "oban": "SELECT count(*) FROM oban_jobs"
+    " WHERE state NOT IN ('completed', 'discarded', 'cancelled')",
+}
+"""Each subject's count of the rows whose end its table does not yet show (a done row leaves
+nilo_jobs and pgqueuer's table; procrastinate and oban mark it): W2's durable clock, read by
+the subjects' scripts (`until_durable`) and by `run.py` for W2 across processes."""
+
+
 async def until_durable(
     counter: Counter, began: float, cap_s: float, remaining: Callable[[], Awaitable[int]]
 ) -> dict[str, Any]:

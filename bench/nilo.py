@@ -256,7 +256,7 @@ async def undone_reader(url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]
         conn = sqlite3.connect(common.sqlite_path(url))
 
         async def lite() -> int:
-            return int(conn.execute("SELECT count(*) FROM nilo_jobs").fetchone()[0])
+            return int(conn.execute(common.UNDONE["nilo"]).fetchone()[0])
 
         try:
             yield lite
@@ -270,7 +270,7 @@ async def undone_reader(url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]
 
         async def maria_count() -> int:
             async with maria.cursor() as cur:  # autocommit: each count sees the latest commits
-                await cur.execute("SELECT count(*) FROM nilo_jobs")
+                await cur.execute(common.UNDONE["nilo"])
                 row = await cur.fetchone()
             return int(row[0]) if row else 0
 
@@ -284,7 +284,7 @@ async def undone_reader(url: str) -> AsyncIterator[Callable[[], Awaitable[int]]]
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
 
         async def count() -> int:
-            cur = await pg.execute("SELECT count(*) FROM nilo_jobs")
+            cur = await pg.execute(common.UNDONE["nilo"])
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 

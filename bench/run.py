@@ -482,22 +482,13 @@ async def run_procs(case: Case, url: str, s: Settings, log: Path, procs: int = 4
         err.close()
 
 
-UNDONE = {
-    "nilo": "SELECT count(*) FROM nilo_jobs",
-    "pgqueuer": "SELECT count(*) FROM pgqueuer",
-    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
-    "oban": "SELECT count(*) FROM oban_jobs"
-    " WHERE state NOT IN ('completed', 'discarded', 'cancelled')",
-}
-"""Each subject's count of the rows whose end its table does not yet show (a done row leaves
-nilo_jobs and pgqueuer's table; procrastinate and oban mark it)."""
-
-
 async def until_durable(subject: str, url: str, timeout_s: float = 60.0) -> float:
     """The `perf_counter` moment at which the subject's table first shows every row finished,
     read every millisecond on a connection of this process (huey writes nothing at an end: at
     once)."""
-    sql = UNDONE.get(subject)
+    import common
+
+    sql = common.UNDONE.get(subject)
     if sql is None:
         return time.perf_counter()
     deadline = time.perf_counter() + timeout_s

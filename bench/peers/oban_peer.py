@@ -125,10 +125,7 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     reader = await psycopg.AsyncConnection.connect(args.url, autocommit=True)
 
     async def remaining() -> int:
-        cur = await reader.execute(
-            "SELECT count(*) FROM oban_jobs"
-            " WHERE state NOT IN ('completed', 'discarded', 'cancelled')"
-        )
+        cur = await reader.execute(common.UNDONE["oban"])
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 

@@ -116,7 +116,7 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     reader = await asyncpg.connect(args.url)
 
     async def remaining() -> int:  # a finished job leaves the queue table for its log
-        return int(await reader.fetchval("SELECT count(*) FROM pgqueuer"))
+        return int(await reader.fetchval(common.UNDONE["pgqueuer"]))
 
     began = time.perf_counter()
     running = asyncio.create_task(qm.run())

@@ -127,9 +127,7 @@ async def w2(args: argparse.Namespace) -> dict[str, Any]:
     reader = await psycopg.AsyncConnection.connect(args.url, autocommit=True)
 
     async def remaining() -> int:
-        cur = await reader.execute(
-            "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
-        )
+        cur = await reader.execute(common.UNDONE["procrastinate"])
         row = await cur.fetchone()
         return int(row[0]) if row else 0
 

@@ -33,7 +33,7 @@ class Front:
     def __init__(self) -> None:
         self.latest_us: int | None = None  # the `run_at` of the latest queued row claimed
         self.full_at = 0.0  # when the last full claim was sent (monotonic, s)
-        self.full_next = True  # a wake-up named a row due before the front
+        self.full_next = True  # the next claim is to be a full one (`full`)
         self.kinds: tuple[str, ...] = ()
 
     def from_us(self, kinds: Sequence[str]) -> int | None:
@@ -56,13 +56,14 @@ class Front:
             if row.retaken_from is None and (self.latest_us is None or row.run_at > self.latest_us):
                 self.latest_us = row.run_at
 
-    def lapsed(self) -> None:
-        """The lease of a row this process held, whose end could not be written, may have run
-        out: the next claim is a full one, which takes it back."""
+    def full(self) -> None:
+        """The next claim is a full one: rows may have come due before the front (a claim
+        failed, the store's watch restarted), or a lease this process held, whose end could
+        not be written, may have run out."""
         self.full_next = True
 
     def woken(self, due_us: int) -> None:
         """A wake-up for a row due at `due_us`: a row due before the front makes the next
         claim a full one."""
         if self.latest_us is not None and due_us < self.latest_us - BEHIND_US:
-            self.full_next = True
+            self.full()

@@ -139,7 +139,7 @@ class Server:
         feed = self.wakeups.feed = Feed(
             wakeup.set, self.pauses.claimable, self._start, self.limits, bound=self.ends.bound
         )
-        self.ends.bound.lapsed = self.wakeups.front.lapsed
+        self.ends.bound.lapsed = self.wakeups.front.full
         beat = self.beat = Beat(
             self.store, self.clock, self.heartbeat_ms or BEAT_MS,
             None if self.heartbeat_ms is None else self.lease_ms, lambda: held(feed),
@@ -218,7 +218,7 @@ class Server:
         watch (re)starts, stands for rows pushed while nobody listened, due at any time: the
         next claim is then a full one."""
         if run_at is None:
-            self.wakeups.front.full_next = True
+            self.wakeups.front.full()
         self.wakeups.wake_at(run_at)
 
     async def _claims(self, feed: Feed, wakeup: Wakeup) -> None:
@@ -280,7 +280,7 @@ class Server:
                     return
                 # Rows pushed meanwhile may commit late, due before the front: the next claim
                 # is a full one.
-                self.wakeups.front.full_next = True
+                self.wakeups.front.full()
                 outage.failed(error, sent, poll_s, feed)
                 await asyncio.sleep(poll_s)
                 continue
