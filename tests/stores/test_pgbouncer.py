@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -445,8 +446,8 @@ async def test_a_pooler_hidden_from_that_look_is_found_at_its_first_prepared_sta
 ) -> None:
     """Should a pooler pass the server's process ids on, the store finds it at the first error
     of a statement prepared on a session PgBouncer lends to another client (already there, not
-    there, or with other parameters), and makes that call again, preparing nothing: it had not
-    run, so nothing runs twice."""
+    there, with other parameters, or reading ours as other types), and makes that call again,
+    preparing nothing: it had not run, so nothing runs twice."""
 
     async def hidden(conn: psycopg.AsyncConnection[object]) -> bool:
         return False
@@ -462,11 +463,116 @@ async def test_a_pooler_hidden_from_that_look_is_found_at_its_first_prepared_sta
         r'|bind message supplies \d+ parameters, but prepared statement "_pg3_\d+" requires \d+'
         r'|invalid byte sequence for encoding "UTF8": 0x00'
         r"|incorrect binary data format in bind parameter \d+"
+        # our values bound to another client's statement of the same name, read as its types
+        r"|invalid input syntax for type \w+.*|.*out of range.*|.*violates .* constraint.*"
     )
     pattern = re.escape(_found(lenient_bouncer, "HOW")).replace("HOW", f"({errors})")
     assert re.fullmatch(pattern, warning), warning
     assert NOT_LISTENING.format(_where(lenient_bouncer)) in _said(caplog, logging.INFO)
     assert "cannot reach PostgreSQL" not in caplog.text
+
+
+async def _swap_prepared(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Put another client's statement under the name of each statement psycopg prepared on
+    `conn`'s session, with as many parameters, all of type json: what a pooler lending that
+    session to both does. Our values bound to it are not JSON."""
+    cur = await conn.execute(
+        "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements", prepare=False
+    )
+    prepared = await cur.fetchall()
+    assert prepared, "psycopg prepared nothing yet"
+    for name, count in prepared:
+        await conn.execute(f"DEALLOCATE {name}", prepare=False)
+        types = ", ".join(["json"] * count)
+        await conn.execute(f"PREPARE {name} ({types}) AS SELECT 1", prepare=False)
+
+
+async def _notes(url: str) -> list[int]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT (payload->>'n')::int FROM nilo_jobs WHERE kind = 'note' ORDER BY 1"
+        )
+        return [n for (n,) in await cur.fetchall()]
+
+
+@pytest.mark.parametrize("opened", ["url", "pool"])
+async def test_a_push_bound_to_another_clients_statement_is_made_again_and_finds_the_pooler(
+    opened: str, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should a pooler keep the server's process ids, a statement psycopg prepared may be lent
+    a session where another client's of the same name reads our values as other types (`invalid
+    input syntax for type json`): that statement failed whole, so the store makes the call again
+    preparing nothing, it runs once, and the store says it found a pooler. (Here the other
+    client's statement is put on the store's own session by hand, on a direct connection.)"""
+    caplog.set_level(logging.WARNING, logger="nilo_job")
+    pool = AsyncConnectionPool(pg_url, min_size=1, max_size=1, open=False)
+    table = job.Table(pg_url) if opened == "url" else job.Table(pool)
+    queue = job.Jobs(kinds=[Note], store=table)
+    try:
+        await pool.open()
+        for n in range(8):  # past psycopg's prepare threshold (5)
+            await queue.push(Note(n))
+        if opened == "url":
+            kept = table._connections.kept["push"].conn  # type: ignore[attr-defined]
+            await _swap_prepared(kept)
+        else:
+            async with pool.connection() as conn:
+                await _swap_prepared(conn)
+        await queue.push(Note(8))
+        await queue.push(Note(9))
+        if opened == "pool":
+            async with pool.connection() as conn:
+                assert conn.prepare_threshold == 5  # lent back as the application opened it
+    finally:
+        await table.close()
+        await pool.close()
+    assert await _notes(pg_url) == list(range(10))  # each once
+    [warning] = _said(caplog, logging.WARNING)
+    how = "invalid input syntax for type json"
+    if opened == "url":
+        assert warning == _found(pg_url, how)
+    else:
+        assert warning.startswith(
+            f"PostgreSQL at {_where(pg_url)} answers through a pooler ({how}), which nilo-job "
+            "was not told: the store now prepares no statement on the server"
+        ), warning
+        assert "pass job.Table(pool, pooler=True)" in warning, warning
+
+
+@pytest.mark.parametrize("opened", ["url", "pool"])
+async def test_values_the_server_refuses_for_themselves_are_not_taken_for_a_pooler(
+    opened: str, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A push the server refuses for its own values (here a CHECK the application added) is
+    refused again when made without preparing: the server's error is raised as it is, nothing
+    is written, no pooler is said to be there, and the next pushes are made as before."""
+    caplog.set_level(logging.WARNING, logger="nilo_job")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+        await admin.execute(
+            "ALTER TABLE nilo_jobs ADD CONSTRAINT no_666 CHECK (payload::text NOT LIKE '%666%')"
+        )
+    pool = AsyncConnectionPool(pg_url, min_size=1, max_size=1, open=False)
+    table = job.Table(pg_url) if opened == "url" else job.Table(pool)
+    queue = job.Jobs(kinds=[Note], store=table)
+    try:
+        await pool.open()
+        for n in range(8):
+            await queue.push(Note(n))
+        with pytest.raises(psycopg.errors.CheckViolation, match="no_666"):
+            await queue.push(Note(666))
+        for n in range(8, 16):
+            await queue.push(Note(n))
+        if opened == "pool":  # the store prepares on the application's connection, as before
+            async with pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM pg_prepared_statements", prepare=False
+                )
+                assert await cur.fetchone() == (1,)
+    finally:
+        await table.close()
+        await pool.close()
+    assert await _notes(pg_url) == list(range(16))
+    assert _said(caplog, logging.WARNING) == []
 
 
 def test_a_bind_read_under_another_clients_parameter_types_is_a_collision() -> None:

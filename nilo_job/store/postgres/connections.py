@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import getpass
 import logging
 import math
@@ -63,6 +64,7 @@ from .pooler import (
     WORK_LOCAL,
     collided,
     found_sentence,
+    misfit,
     preparing_nothing,
     through_pooler,
     with_work_settings,
@@ -108,6 +110,11 @@ T = TypeVar("T")
 Statement = Callable[[psycopg.AsyncCursor[Any]], Awaitable[T]]
 """One statement that commits on its own, run on a cursor: a kept connection's own cursor, made
 once and used again."""
+
+
+def _words(error: BaseException) -> str:
+    """The server's words in `error`, without its CONTEXT and DETAIL lines."""
+    return str(error).strip().partition("\n")[0]
 
 
 def where(conninfo: str) -> str:
@@ -159,6 +166,7 @@ class Connections:
         self.told = pooler is True  # the store was told of a pooler
         self.pooler = pooler is True  # told, or found (`found_pooler`)
         self.probed = pooler is not None  # looked for a pooler, or need not (told either way)
+        self.looking = pooler is None  # told neither way: a pooler may yet be found
         self.listener: psycopg.AsyncConnection[Any] | None = None  # serve's, while it listens
         self.listen_to = None if listen_url is None else with_timeout(listen_url, answer_ms)[0]
         self.work_pool: AsyncConnectionPool[Any] | None = None
@@ -209,9 +217,14 @@ class Connections:
         carries on as behind one (`found_pooler`)."""
         if not collided(error):
             return False
-        said = str(error).strip().partition("\n")[0]  # the server's words, not its CONTEXT line
-        self.found_pooler(said)
+        self.found_pooler(_words(error))
         return True
+
+    def unsure(self, error: BaseException) -> bool:
+        """Whether `error` may have come from a pooler the store has not found yet
+        (`pooler.misfit`): the caller then makes the call again preparing nothing, and tells
+        `found_pooler` should it run."""
+        return self.looking and not self.pooler and misfit(error)
 
     async def _probe(self, conn: psycopg.AsyncConnection[Any], on: str) -> None:
         """Look for a pooler on `conn`, once per store (`through_pooler`).
@@ -368,25 +381,34 @@ class Connections:
         transaction: bool = True,
         rows: int = 1,
         bounded: bool = True,
+        prepare: bool = True,
     ) -> T:
         """`fn(conn)`, the call `what` (for sentences: "a claim"), on a pooled connection, in
         one transaction unless `transaction` is False (a single statement commits on its own,
         saving two round trips), within the store's bound for `rows` rows (none unless
-        `bounded`: a migration, which may wait for the application's locks). A call that met
-        an error only a pooler makes (`collided`) is made again once, preparing nothing: that
-        error came before its statement ran, and its transaction, if any, committed nothing.
+        `bounded`: a migration, which may wait for the application's locks), preparing nothing
+        unless `prepare`. A call that met an error only a pooler makes (`collided`), or one of
+        its data while a pooler may yet be found (`unsure`), is made again once, preparing
+        nothing: a failed statement, or transaction, changed nothing.
 
         Raises:
             StoreUnavailable: the server cannot be reached, did not answer within the bound,
                 or the table is missing or older.
         """
+        once = functools.partial(self._run_once, fn, what, work, transaction, rows, bounded)
         try:
+            if not prepare:
+                return await once(prepare=False)
             try:
-                return await self._run_once(fn, what, work, transaction, rows, bounded)
+                return await once(prepare=True)
             except psycopg.Error as error:
-                if not self.collided(error):
+                if self.collided(error):
+                    return await once(prepare=False)
+                if not self.unsure(error):
                     raise
-            return await self._run_once(fn, what, work, transaction, rows, bounded)
+                answer = await once(prepare=False)
+                self.found_pooler(_words(error))
+                return answer
         except (*DOWN, errors.UndefinedTable, errors.UndefinedColumn) as error:
             if lost(error):
                 await self.replace()  # the server went away (a restart): the others are gone
@@ -400,6 +422,8 @@ class Connections:
         transaction: bool,
         rows: int,
         bounded: bool,
+        *,
+        prepare: bool,
     ) -> T:
         """`run`'s call, once; the driver's errors as they come."""
         pool = await self.get_pool(work=work)
@@ -412,7 +436,7 @@ class Connections:
         async with pool.connection(timeout=self.timeout_s) as conn:
             with (
                 self.deadline(conn, what, on, rows=rows, bounded=bounded),
-                preparing_nothing(conn) if self.pooler else contextlib.nullcontext(),
+                preparing_nothing(conn) if self.pooler or not prepare else contextlib.nullcontext(),
             ):
                 if not (transaction or local):
                     return await fn(conn)
@@ -451,8 +475,8 @@ class Connections:
         and its cursor, when that is free, else on a new cursor of a pooled connection; the call
         `what` for `rows` rows, within the store's bound (see `run`). A store over an
         application's pool keeps no connection of its own: it opens nothing behind it. A call
-        that met an error only a pooler makes is made again once on a pooled connection,
-        preparing nothing (see `run`).
+        that met an error only a pooler makes, or one of its data while a pooler may yet be
+        found, is made again once on a pooled connection, preparing nothing (see `run`).
 
         Raises:
             StoreUnavailable: the server cannot be reached, did not answer within the bound,
@@ -473,9 +497,21 @@ class Connections:
                     with_work_settings(fn) if work and self.pooler else fn, what, rows
                 )
             except psycopg.Error as error:
-                if not self.collided(error):
+                if self.collided(error):
+                    answer = BUSY  # made again below, on a pooled connection
+                elif self.unsure(error):
+                    answer = await self.run(
+                        lambda conn: fn(conn.cursor()),
+                        what,
+                        work=work,
+                        transaction=False,
+                        rows=rows,
+                        prepare=False,
+                    )
+                    self.found_pooler(_words(error))
+                    return answer
+                else:
                     raise
-                answer = BUSY  # made again below, on a pooled connection
             if not isinstance(answer, Busy):
                 return answer
         return await self.run(

@@ -24,7 +24,12 @@ and from then on does the same, saying so in one WARNING (`found_sentence`):
 - at the first error that only a pooler lending sessions to several clients makes, should one
   keep the server's process ids (`collided`): a statement psycopg prepared meeting another
   client's of the same name, or missing from the session it was lent. Those errors come before
-  the statement runs, and a failed transaction commits nothing, so the call is made again once.
+  the statement runs, and a failed transaction commits nothing, so the call is made again once;
+- at the first call that fails with an error of the data it was given (`misfit`: our values
+  bound to another client's statement of the same name, which read them as other types or
+  broke a constraint with them) and then runs when made again preparing nothing. A failed
+  statement changed nothing, so making it again is safe; one that fails again was refused for
+  itself, and is said as it is.
 """
 
 from __future__ import annotations
@@ -165,6 +170,18 @@ def collided(error: BaseException) -> bool:
     if error.sqlstate in COLLIDED or error.sqlstate in MISREAD:
         return True
     return error.sqlstate == "08P01" and "prepared statement" in str(error)
+
+
+MISFIT = frozenset({"22", "23"})
+"""SQLSTATE classes of the data a statement was given: a data exception (`invalid input syntax
+for type json`), an integrity constraint violation."""
+
+
+def misfit(error: BaseException) -> bool:
+    """Whether `error` is the server refusing the values a statement was given (`MISFIT`), as
+    it does when they are bound to another client's statement of the same name on a session a
+    pooler lends to both: a sign of a pooler only if the same call then runs preparing nothing."""
+    return isinstance(error, psycopg.Error) and (error.sqlstate or "")[:2] in MISFIT
 
 
 @contextlib.contextmanager
