@@ -19,8 +19,11 @@ and samples it every `--sample-s`.
   pipe of its own to this process (24 bytes, written in one system call per 100 ms), which
   counts them.
 - **The calibration.** `--calibrate-jobs` rows are queued before the workers start (the bytes
-  a queued row takes are read then); the workers' rate over the middle 80 % of them is the
-  capacity, and the producer runs at 70 % of it unless `--rate` says otherwise.
+  a queued row takes are read then), and run. Then the producer pushes as fast as it can, in
+  the traffic's own mix, for `CALIBRATE_S`, while the workers run what it pushes: the runs
+  started over the middle 80 % of that window are the capacity, what this machine sustains
+  with the producer, the server and the workers on it together (a rate past it leaves the
+  workers behind for good). The producer runs at 70 % of it unless `--rate` says otherwise.
 - **The producer**, in this process, on its own schedule whatever the answers' pace: 80 % of
   the jobs pushed one by one (`jobs.push`, concurrent as a busy web app's requests are), 20 % in
   `jobs.push_many` of 50.
@@ -84,6 +87,7 @@ LOAD = 0.7  # the producer's rate, as a share of the calibrated capacity
 BATCH = 50  # rows per push_many
 BATCHED_SHARE = 0.2  # the share of jobs pushed in batches
 IN_FLIGHT = 2_000  # pushes awaiting their answer at most; past it the producer falls behind
+CALIBRATE_S = 20.0  # the calibration's window of pushes as fast as the producer can
 GRACE_S = 1.0  # a sample counts the runs started up to this long before it (the pipe's delay)
 FLUSH_S = 0.1  # how long a worker keeps its records before writing them down the pipe
 RECORD = struct.Struct("<qqq")  # row id, pushed at, started at (ns since the epoch)
@@ -666,6 +670,17 @@ class Producer:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    async def flat_out(self, seconds: float) -> None:
+        """Push as fast as `IN_FLIGHT` lets, in the traffic's mix, for `seconds`; then wait for
+        the answers still due."""
+        singles = round(BATCH * (1 - BATCHED_SHARE) / BATCHED_SHARE)  # pushes per push_many
+        began, launched = time.monotonic(), 0
+        while time.monotonic() - began < seconds:
+            await self._launch(BATCH if launched % (singles + 1) == singles else 1)
+            launched += 1
+        if self.tasks:
+            await asyncio.wait(list(self.tasks))
+
     async def run(self, rate: float, seconds: float) -> None:
         """Push for `seconds`, then wait for the answers still due."""
         began, before = time.monotonic(), self.count
@@ -713,7 +728,8 @@ async def calibrate(
     producer: Producer, probe: Probe, workers: Workers, tally: Tally, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Queue `--calibrate-jobs` rows and read the bytes a queued row takes; then start the
-    workers, and time them over the middle 80 % of those rows: the capacity (jobs/s)."""
+    workers, let them run those, and push as fast as the producer can for `CALIBRATE_S`: the
+    runs started over the middle 80 % of that window are the capacity (jobs/s)."""
     n: int = args.calibrate_jobs
     await producer.fill(n)
     filled = await probe.sizes()
@@ -729,12 +745,22 @@ async def calibrate(
 
     await wait_until("the calibration's runs", all_ran, 300, workers)
     await wait_until("the workers' registry entries", all_registered, 60, workers)
-    starts = sorted(tally.starts)
+    tally.starts = []
+    began = time.time_ns()
+    await producer.flat_out(CALIBRATE_S)
+
+    async def pushed_ran() -> bool:
+        return tally.records >= producer.count
+
+    await wait_until("the calibration's pushed rows", pushed_ran, 300, workers)
+    window_ns = CALIBRATE_S * 1e9
+    low, high = began + window_ns * 0.1, began + window_ns * 0.9
+    started = sum(1 for t in tally.starts if low <= t < high)
     tally.starts = None
-    low, high = n // 10, n * 9 // 10
     return {
         "calibrate_jobs": n,
-        "capacity": (high - low) / ((starts[high] - starts[low]) / 1e9),
+        "calibrate_pushed": producer.count - n,
+        "capacity": started / ((high - low) / 1e9),
         "queued_row_bytes": filled.get("size:nilo_jobs", 0) / n,
         "queued_row_index_bytes": filled.get("indexes:nilo_jobs", 0) / n,
         "filled_sizes": filled,
@@ -1014,8 +1040,9 @@ def report(run: Run, summary: dict[str, Any], args: argparse.Namespace) -> str:
         f" jobs/s ({meta['rate'] / meta['capacity']:.0%} of the calibrated "
         f"{meta['capacity']:,.0f} jobs/s), {args.workers_procs} worker processes × "
         f"{args.workers}; nilo-job {meta['commit']}, sources {meta['sources']}",
-        f"pushed {meta['pushed']:,} rows ({meta['calibrate_jobs']:,} of them for the "
-        f"calibration); push errors {meta['push_errors']}; the producer was at most "
+        f"pushed {meta['pushed']:,} rows "
+        f"({meta['calibrate_jobs'] + meta['calibrate_pushed']:,} of them for the calibration); "
+        f"push errors {meta['push_errors']}; the producer was at most "
         f"{meta['push_behind_max']:,} jobs behind its schedule; the last rows ran "
         f"{meta['drain_s']:.1f} s after the pushes ended",
         f"the workers kept up: {kept_up} ({due:,} queued due rows at the soak's last sample, "
