@@ -17,6 +17,7 @@ nilo-job tells the table's version by its columns.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -34,11 +35,85 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.types import TypeEngine
 
 from . import Refusal
 
 COLLATIONS = {"mariadb": "utf8mb4_nopad_bin", "mysql": "utf8mb4_0900_bin"}
 """The binary collation that does not pad, which the MariaDB/MySQL store gives its tables."""
+
+
+@dataclass(frozen=True)
+class _Types:
+    """What differs between the databases' tables: the types of a kind, a key or an id (`key`),
+    of a payload, of long texts (tracebacks, results, lists), of a row's state and of an
+    attempt's outcome; whether ids are identities; the tables' options."""
+
+    key: TypeEngine[Any]
+    payload: TypeEngine[Any]
+    long: TypeEngine[Any]
+    state: TypeEngine[Any]
+    outcome: TypeEngine[Any]
+    identity: bool
+    options: dict[str, Any] = field(default_factory=dict)
+    plain: dict[str, Any] = field(default_factory=dict)  # nilo_jobs_version's, no text in it
+
+
+def _types(database: str) -> _Types:
+    if database == "postgresql":
+        return _Types(Text(), JSON(), Text(), Text(), Text(), identity=True)
+    collation = COLLATIONS[database]
+    innodb: dict[str, Any] = {"mysql_engine": "InnoDB", "mariadb_engine": "InnoDB"}
+    options: dict[str, Any] = {
+        **innodb,
+        **{f"{name}_charset": "utf8mb4" for name in ("mysql", "mariadb")},
+        **{f"{name}_collate": collation for name in ("mysql", "mariadb")},
+    }
+    return _Types(
+        String(255),
+        mysql.LONGTEXT(),
+        mysql.MEDIUMTEXT(),
+        String(7),
+        String(8),
+        identity=False,
+        options=options,
+        plain=innodb,
+    )
+
+
+def _id(types: _Types) -> Column[Any]:
+    """A row's id, made by the database."""
+    if types.identity:
+        return Column("id", BigInteger, Identity(always=True), primary_key=True)
+    return Column("id", BigInteger, primary_key=True, autoincrement=True)
+
+
+def _queue_indexes(database: str) -> list[Index]:
+    """`nilo_jobs`' indexes: PostgreSQL's are partial (one state each); MariaDB and MySQL have
+    none, so theirs lead with the state, and a claim's arm reads its kinds' range of it."""
+    if database == "postgresql":
+        queued, running, dead = (text(f"state = '{s}'") for s in ("queued", "running", "dead"))
+        return [
+            Index(
+                "nilo_jobs_unique",
+                "kind",
+                "unique_key",
+                unique=True,
+                postgresql_where=text("unique_key IS NOT NULL"),
+            ),
+            Index("nilo_jobs_due", "run_at", "id", postgresql_where=queued),
+            Index("nilo_jobs_lease", "lease_until", "id", postgresql_where=running),
+            Index("nilo_jobs_dead", "died_at", "id", postgresql_where=dead),
+            Index("nilo_jobs_dead_kind", "kind", "died_at", "id", postgresql_where=dead),
+        ]
+    return [
+        Index("nilo_jobs_unique", "kind", "unique_key", unique=True),
+        Index("nilo_jobs_due", "state", "kind", "run_at", "id"),
+        Index("nilo_jobs_lease", "state", "kind", "lease_until", "id"),
+        Index("nilo_jobs_order", "state", "run_at", "id"),
+        Index("nilo_jobs_dead", "state", "died_at", "id"),
+        Index("nilo_jobs_dead_kind", "state", "kind", "died_at", "id"),
+    ]
 
 
 def nilo_jobs_table(metadata: MetaData, database: str = "postgresql") -> Table:
@@ -68,21 +143,21 @@ def nilo_jobs_table(metadata: MetaData, database: str = "postgresql") -> Table:
             f"nilo_jobs_table(database={database!r}): the tables are for 'postgresql', "
             "'mariadb' or 'mysql'"
         )
-    if database != "postgresql":
-        return _mysql_tables(metadata, COLLATIONS[database])
+    t = _types(database)
     Table(
         "nilo_jobs_version",
         metadata,
         Column("version", Integer, nullable=False),
         Column("compatible_from", Integer, nullable=False),
+        **t.plain,
     )
     Table(
         "nilo_jobs_done",
         metadata,
         Column("id", BigInteger, primary_key=True, autoincrement=False),
-        Column("kind", Text, nullable=False),
-        Column("payload", JSON, nullable=False),
-        Column("unique_key", Text),
+        Column("kind", t.key, nullable=False),
+        Column("payload", t.payload, nullable=False),
+        Column("unique_key", t.key),
         Column("run_at", BigInteger, nullable=False),
         Column("pushed_at", BigInteger),
         Column("started_at", BigInteger),
@@ -91,204 +166,80 @@ def nilo_jobs_table(metadata: MetaData, database: str = "postgresql") -> Table:
         Column("worker", Text),
         Column("error", Text),
         Column("detail", Text),
-        Column("result", Text),
+        Column("result", t.long),
         Index("nilo_jobs_done_finished", "finished_at", "id"),
         Index("nilo_jobs_done_kind", "kind", "finished_at", "id"),
+        **t.options,
     )
     Table(
         "nilo_jobs_workers",
         metadata,
-        Column("id", Text, primary_key=True),
+        Column("id", t.key, primary_key=True),
         Column("host", Text, nullable=False),
         Column("pid", Integer, nullable=False),
         Column("version", Text, nullable=False),
-        Column("kinds", Text, nullable=False),
+        Column("kinds", t.long, nullable=False),
         Column("workers", Integer, nullable=False),
         Column("beat_ms", Integer, nullable=False),
         Column("started_at", BigInteger, nullable=False),
         Column("beat_at", BigInteger, nullable=False),
-        Column("running", Text, nullable=False),
+        Column("running", t.long, nullable=False),
         Index("nilo_jobs_workers_beat", "beat_at"),
+        **t.options,
     )
     Table(
         "nilo_jobs_attempts",
         metadata,
-        Column("id", BigInteger, Identity(always=True), primary_key=True),
+        _id(t),
         Column("row_id", BigInteger, nullable=False),
         Column("attempt", Integer, nullable=False),
         Column("started_at", BigInteger),
         Column("ended_at", BigInteger, nullable=False),
         Column("worker", Text),
-        Column("outcome", Text, nullable=False),
+        Column("outcome", t.outcome, nullable=False),
         Column("error", Text),
         Column("detail", Text),
-        Column("traceback", Text),
+        Column("traceback", t.long),
         Index("nilo_jobs_attempts_row", "row_id", "id"),
+        **t.options,
     )
     Table(
         "nilo_jobs_deaths",
         metadata,
-        Column("kind", Text, primary_key=True),
-        Column("minute", BigInteger, primary_key=True),
-        Column("deaths", Integer, nullable=False),
-    )
-    Table(
-        "nilo_jobs_paused",
-        metadata,
-        Column("kind", Text, primary_key=True),
-        Column("paused_at", BigInteger, nullable=False),
-    )
-    return Table(
-        "nilo_jobs",
-        metadata,
-        Column("id", BigInteger, Identity(always=True), primary_key=True),
-        Column("kind", Text, nullable=False),
-        Column("payload", JSON, nullable=False),
-        Column("state", Text, nullable=False),
-        Column("run_at", BigInteger, nullable=False),
-        Column("lease_until", BigInteger),
-        Column("attempts", Integer, nullable=False, server_default=text("0")),
-        Column("unique_key", Text),
-        Column("error", Text),
-        Column("detail", Text),
-        Column("died_at", BigInteger),
-        Column("traceback", Text),
-        Column("pushed_at", BigInteger),
-        Column("started_at", BigInteger),
-        Column("worker", Text),
-        Column("snoozes", Integer, nullable=False, server_default=text("0")),
-        Column("trace", Text),
-        CheckConstraint("state IN ('queued', 'running', 'dead')", name="nilo_jobs_state_check"),
-        Index(
-            "nilo_jobs_unique",
-            "kind",
-            "unique_key",
-            unique=True,
-            postgresql_where=text("unique_key IS NOT NULL"),
-        ),
-        Index("nilo_jobs_due", "run_at", "id", postgresql_where=text("state = 'queued'")),
-        Index("nilo_jobs_lease", "lease_until", "id", postgresql_where=text("state = 'running'")),
-        Index("nilo_jobs_dead", "died_at", "id", postgresql_where=text("state = 'dead'")),
-        Index(
-            "nilo_jobs_dead_kind",
-            "kind",
-            "died_at",
-            "id",
-            postgresql_where=text("state = 'dead'"),
-        ),
-    )
-
-
-def _mysql_tables(metadata: MetaData, collation: str) -> Table:
-    """The tables as the MariaDB/MySQL store creates them, in `collation`: `varchar(255)` for a
-    kind, a key or the registry's id, `longtext` payloads, `mediumtext` tracebacks, results and
-    lists, and the indexes of `nilo_jobs` leading with the state."""
-    innodb: dict[str, Any] = {"mysql_engine": "InnoDB", "mariadb_engine": "InnoDB"}
-    options: dict[str, Any] = {
-        **innodb,
-        **{f"{name}_charset": "utf8mb4" for name in ("mysql", "mariadb")},
-        **{f"{name}_collate": collation for name in ("mysql", "mariadb")},
-    }
-    Table(
-        "nilo_jobs_version",
-        metadata,
-        Column("version", Integer, nullable=False),
-        Column("compatible_from", Integer, nullable=False),
-        **innodb,
-    )
-    Table(
-        "nilo_jobs_done",
-        metadata,
-        Column("id", BigInteger, primary_key=True, autoincrement=False),
-        Column("kind", String(255), nullable=False),
-        Column("payload", mysql.LONGTEXT, nullable=False),
-        Column("unique_key", String(255)),
-        Column("run_at", BigInteger, nullable=False),
-        Column("pushed_at", BigInteger),
-        Column("started_at", BigInteger),
-        Column("finished_at", BigInteger, nullable=False),
-        Column("attempts", Integer, nullable=False),
-        Column("worker", Text),
-        Column("error", Text),
-        Column("detail", Text),
-        Column("result", mysql.MEDIUMTEXT),
-        Index("nilo_jobs_done_finished", "finished_at", "id"),
-        Index("nilo_jobs_done_kind", "kind", "finished_at", "id"),
-        **options,
-    )
-    Table(
-        "nilo_jobs_workers",
-        metadata,
-        Column("id", String(255), primary_key=True),
-        Column("host", Text, nullable=False),
-        Column("pid", Integer, nullable=False),
-        Column("version", Text, nullable=False),
-        Column("kinds", mysql.MEDIUMTEXT, nullable=False),
-        Column("workers", Integer, nullable=False),
-        Column("beat_ms", Integer, nullable=False),
-        Column("started_at", BigInteger, nullable=False),
-        Column("beat_at", BigInteger, nullable=False),
-        Column("running", mysql.MEDIUMTEXT, nullable=False),
-        Index("nilo_jobs_workers_beat", "beat_at"),
-        **options,
-    )
-    Table(
-        "nilo_jobs_attempts",
-        metadata,
-        Column("id", BigInteger, primary_key=True, autoincrement=True),
-        Column("row_id", BigInteger, nullable=False),
-        Column("attempt", Integer, nullable=False),
-        Column("started_at", BigInteger),
-        Column("ended_at", BigInteger, nullable=False),
-        Column("worker", Text),
-        Column("outcome", String(8), nullable=False),
-        Column("error", Text),
-        Column("detail", Text),
-        Column("traceback", mysql.MEDIUMTEXT),
-        Index("nilo_jobs_attempts_row", "row_id", "id"),
-        **options,
-    )
-    Table(
-        "nilo_jobs_deaths",
-        metadata,
-        Column("kind", String(255), primary_key=True),
+        Column("kind", t.key, primary_key=True),
         Column("minute", BigInteger, primary_key=True, autoincrement=False),
         Column("deaths", Integer, nullable=False),
-        **options,
+        **t.options,
     )
     Table(
         "nilo_jobs_paused",
         metadata,
-        Column("kind", String(255), primary_key=True),
+        Column("kind", t.key, primary_key=True),
         Column("paused_at", BigInteger, nullable=False),
-        **options,
+        **t.options,
     )
+    check = "nilo_jobs_state_check" if database == "postgresql" else "nilo_jobs_state"
     return Table(
         "nilo_jobs",
         metadata,
-        Column("id", BigInteger, primary_key=True, autoincrement=True),
-        Column("kind", String(255), nullable=False),
-        Column("payload", mysql.LONGTEXT, nullable=False),
-        Column("state", String(7), nullable=False),
+        _id(t),
+        Column("kind", t.key, nullable=False),
+        Column("payload", t.payload, nullable=False),
+        Column("state", t.state, nullable=False),
         Column("run_at", BigInteger, nullable=False),
         Column("lease_until", BigInteger),
         Column("attempts", Integer, nullable=False, server_default=text("0")),
-        Column("unique_key", String(255)),
+        Column("unique_key", t.key),
         Column("error", Text),
         Column("detail", Text),
         Column("died_at", BigInteger),
-        Column("traceback", mysql.MEDIUMTEXT),
+        Column("traceback", t.long),
         Column("pushed_at", BigInteger),
         Column("started_at", BigInteger),
         Column("worker", Text),
         Column("snoozes", Integer, nullable=False, server_default=text("0")),
         Column("trace", Text),
-        CheckConstraint("state IN ('queued', 'running', 'dead')", name="nilo_jobs_state"),
-        Index("nilo_jobs_unique", "kind", "unique_key", unique=True),
-        Index("nilo_jobs_due", "state", "kind", "run_at", "id"),
-        Index("nilo_jobs_lease", "state", "kind", "lease_until", "id"),
-        Index("nilo_jobs_order", "state", "run_at", "id"),
-        Index("nilo_jobs_dead", "state", "died_at", "id"),
-        Index("nilo_jobs_dead_kind", "state", "kind", "died_at", "id"),
-        **options,
+        CheckConstraint("state IN ('queued', 'running', 'dead')", name=check),
+        *_queue_indexes(database),
+        **t.options,
     )
