@@ -13,7 +13,10 @@ with the running rows whose lease ran out, comes as serve starts, when the kinds
 change, when a wake-up names a row due before the front (a push with `at` in the past, a retry
 by hand, from any process that wakes this one), when the store's watch (re)starts listening or
 a claim failed (rows may have come meanwhile), and at least every `FULL_S` seconds (a row that
-came another way; a lease that ran out).
+came another way; a lease that ran out). A full claim that took a row a claim from the front
+would not have (due before the front, or retaken from a lease that ran out) is followed by
+another, until one takes none: a claim takes only as many rows as there are free workers, and
+the rest of those rows would otherwise wait for the next full claim, `FULL_S` later.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Front:
         self.latest_us: int | None = None  # the `run_at` of the latest queued row claimed
         self.full_at = 0.0  # when the last full claim was sent (monotonic, s)
         self.full_next = True  # the next claim is to be a full one (`full`)
+        self.reading_full = False  # the claim under way is a full one
         self.kinds: tuple[str, ...] = ()
 
     def from_us(self, kinds: Sequence[str]) -> int | None:
@@ -47,11 +51,19 @@ class Front:
             or now - self.full_at > FULL_S
         ):
             self.kinds, self.full_at, self.full_next = tuple(kinds), now, False
+            self.reading_full = True
             return None
+        self.reading_full = False
         return self.latest_us - BEHIND_US
 
     def claimed(self, rows: Sequence[Claimed]) -> None:
-        """`rows` were claimed: the front moves to the latest queued one among them."""
+        """`rows` were claimed: the front moves to the latest queued one among them. A full
+        claim that took a row a claim from the front would not have makes the next one full
+        too: more such rows may be left."""
+        if self.reading_full and self.latest_us is not None:
+            behind = self.latest_us - BEHIND_US
+            if any(row.retaken_from is not None or row.run_at < behind for row in rows):
+                self.full_next = True
         for row in rows:
             if row.retaken_from is None and (self.latest_us is None or row.run_at > self.latest_us):
                 self.latest_us = row.run_at

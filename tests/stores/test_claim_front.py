@@ -109,6 +109,31 @@ async def test_serve_claims_from_its_front_and_a_wake_up_before_it_makes_a_full_
     assert set(claims.from_us) == {None, now - S - front.BEHIND_US}
 
 
+async def test_rows_due_before_the_front_are_claimed_one_full_claim_after_another(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that come due before the front (here pushed with `at` in the past; under load,
+    pushes that commit late) are more than one claim takes (a claim takes no more than the
+    workers and the rows they have waiting can hold): each full claim that takes such a row is
+    followed by another, and every one of them runs at once, not a full claim's interval
+    apart."""
+    global gate
+    monkeypatch.setattr(front, "FULL_S", 3_600.0)  # no full claim but those something asks for
+    ran.clear()
+    gate = asyncio.Event()
+    jobs = job.Jobs(kinds=[Mark], store=store, workers=1, poll_ms=100)
+    now = job.now_us()
+    await jobs.push(Mark(1), at=now - S)
+    claims = Claims(store)
+    async with jobs.serving():
+        await until("the first row ran", lambda: ran == [1])
+        await until("a claim from the front", lambda: now - S - front.BEHIND_US in claims.from_us)
+        await jobs.push_many([Mark(n) for n in range(2, 42)], at=now - 10 * S)
+        await until("every row due before the front ran", lambda: ran == list(range(1, 42)), 10)
+        await until("a claim from the front again", lambda: claims.from_us[-1] is not None)
+    assert claims.from_us[0] is None
+
+
 @pytest.mark.postgres
 async def test_a_claim_from_the_front_does_not_read_the_rows_a_held_snapshot_keeps(
     pg_url: str, t: int
