@@ -12,8 +12,8 @@ tool the suite uses (the `dev` extra). Arguments after `test` go to pytest.
 `--all-pythons` (what CI runs) also creates `.venv-3.12` and `.venv-3.13` with those interpreters
 (`python3.12` on PATH, or pyenv's) and runs there every test that needs no PostgreSQL nor
 MariaDB (`-m "not postgres and not mariadb"`: the Memory and SQLite tests, the frameworks, the
-command line), then the PostgreSQL tests of what only installs on those versions (the Django 6
-Tasks backend). An interpreter that is missing is skipped with a sentence, except in CI
+command line), then the PostgreSQL and MariaDB tests of what only installs on those versions
+(the Django 6 Tasks backend). An interpreter that is missing is skipped with a sentence, except in CI
 (CI=true), where it is a failure. Nothing here is needed by users of the library.
 """
 
@@ -35,7 +35,8 @@ SUPPORTED = ("3.11", "3.12", "3.13")
 Python that runs this file (3.11 in CI); each other one gets `.venv-X.Y` and the suite without
 PostgreSQL."""
 ONLY_ELSEWHERE = ("tests/integrations/test_django_tasks.py",)
-"""Test files whose PostgreSQL tests need what installs only on the other Pythons (Django 6)."""
+"""Test files whose PostgreSQL and MariaDB tests need what installs only on the other Pythons
+(Django 6)."""
 
 
 def bin_of(env: Path) -> Path:
@@ -114,8 +115,9 @@ def run(*cmd: str, env: dict[str, str] | None = None) -> int:
 
 
 def test_elsewhere(version: str, pytest_args: list[str]) -> int:
-    """The suite without PostgreSQL on Python `version`, then the PostgreSQL tests of the files
-    that run only there; 0 when it passed or (outside CI) there is no such Python."""
+    """The suite without PostgreSQL nor MariaDB on Python `version`, then the PostgreSQL and
+    MariaDB tests of the files that run only there; 0 when it passed or (outside CI) there is no
+    such Python."""
     python = find_python(version)
     if python is None:
         if os.environ.get("CI") == "true":
@@ -133,8 +135,8 @@ def test_elsewhere(version: str, pytest_args: list[str]) -> int:
     only = [name for name in ONLY_ELSEWHERE if (ROOT / name).exists()]
     if not only:
         return 0
-    code = run(py, "-m", "pytest", "-m", "postgres", *only, *pytest_args)
-    return 0 if code == 5 else code  # 5: those files have no PostgreSQL test (none to run)
+    code = run(py, "-m", "pytest", "-m", "postgres or mariadb", *only, *pytest_args)
+    return 0 if code == 5 else code  # 5: those files have no such test (none to run)
 
 
 def main(argv: list[str]) -> int:

@@ -459,10 +459,10 @@ async def _add_dead_mariadb(url: str, n: int) -> None:
 
 
 async def _explain_mariadb(url: str) -> dict[str, Any]:
-    """The plan of the claim's SELECT (the statement `store.claim` sends for one kind, with a
-    limit of 4): `EXPLAIN`'s rows, whether every arm reads a range or a ref of an index (no
-    full scan), and from `ANALYZE FORMAT=JSON` (which runs it, in autocommit: the rows it locks
-    are let go at once) the index entries each arm read."""
+    """The plan of the claim's first SELECT (the ids of the rows it may take, which
+    `store.claim` sends for one kind, with a limit of 4, locking nothing): `EXPLAIN`'s rows,
+    whether every arm reads a range or a ref of an index (no full scan), and from `ANALYZE
+    FORMAT=JSON` (which runs it) the index entries each arm read."""
     import json
 
     import raw

@@ -41,12 +41,12 @@ SCENARIOS = 20
 
 
 @pytest.mark.procs
-@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+@pytest.mark.parametrize("database", ["sqlite", "postgres", "mariadb"])
 def test_djangos_tasks_run_on_nilo_job(
     database: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    if database == "postgres":
-        url: str = request.getfixturevalue("pg_url")
+    if database in ("postgres", "mariadb"):
+        url: str = request.getfixturevalue("pg_url" if database == "postgres" else "mariadb_url")
     else:
         url = f"sqlite:///{tmp_path}/tasks.db"
     env = {**os.environ, "DJANGO_TASKS_DATABASE_URL": url}

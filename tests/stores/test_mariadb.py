@@ -755,6 +755,75 @@ async def test_claims_at_once_from_two_stores_never_take_one_row_twice(mariadb_u
             await store.close()
 
 
+async def _waits_for_a_named_lock(url: str) -> bool:
+    rows = await sql(
+        url,
+        "SELECT count(*) FROM information_schema.PROCESSLIST "
+        "WHERE DB = DATABASE() AND STATE LIKE %s",
+        ("%user lock%",),
+    )
+    return rows == [(1,)]
+
+
+async def test_a_claim_held_open_keeps_no_row_of_another_kind_from_its_claims(
+    mariadb_url: str,
+) -> None:
+    """A claim of kind `a` that is still in its transaction (here it waits for the named lock of
+    limited kind `c`, which another process's claim holds) has read past the end of `a`'s due
+    rows: the next entry of the index is `b`'s most due row. It locks only what it takes, so a
+    claim of `b` meanwhile takes that row first, as it would with no claim of `a` under way."""
+    from nilo_job.store.mysql import SQL
+
+    stores = [job.Table(mariadb_url), job.Table(mariadb_url)]
+    try:
+        (a,) = await stores[0].push([NewRow("a", b"{}", 5)])
+        b = await stores[0].push([NewRow("b", b"{}", at) for at in (1, 2, 3)])
+        async with side(mariadb_url) as other, other.cursor() as cur:
+            await cur.execute(SQL["lock_kind"], {"kind": "c", "wait": 5})
+            assert await cur.fetchone() == (1,)
+            held_open = asyncio.create_task(
+                stores[0].claim(["a", "c"], 10, 1_000_000, 5, limits={"a": 5, "c": 5})
+            )
+            for _ in range(1_000):  # up to 10 s
+                if await _waits_for_a_named_lock(mariadb_url):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the claim of a and c never waited for c's named lock")
+            taken = await stores[1].claim(["b"], 10, 1_000_000, 1)
+            assert [row.id for row in taken] == b[:1]
+            await cur.execute("DO RELEASE_ALL_LOCKS()")
+            assert [row.id for row in await held_open] == [a]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_claim_reads_on_past_the_rows_other_claims_hold(mariadb_url: str) -> None:
+    """Rows another claim holds are skipped: a claim takes as many as it asked for from the
+    rows after them, in their order."""
+    store = job.Table(mariadb_url)
+    try:
+        ids = await store.push([NewRow("a", b"{}", at) for at in range(1, 9)])
+        async with side(mariadb_url, autocommit=False) as other, other.cursor() as cur:
+            # as another store's claim: READ COMMITTED, the rows locked by their key alone
+            await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            await cur.execute(
+                "SELECT id FROM nilo_jobs FORCE INDEX (PRIMARY) WHERE id IN (%s, %s, %s) "
+                "FOR UPDATE",
+                ids[:3],
+            )
+            taken = await store.claim(["a"], 10, 1_000_000, 4)
+            assert [row.id for row in taken] == ids[3:7]
+            await other.rollback()
+        assert [row.id for row in await store.claim(["a"], 10, 1_000_000, 4)] == [
+            *ids[:3],
+            ids[7],
+        ]
+    finally:
+        await store.close()
+
+
 async def test_a_limited_kind_is_claimed_within_its_limit_by_claims_at_once(
     mariadb_url: str,
 ) -> None:

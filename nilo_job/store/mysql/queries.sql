@@ -181,34 +181,49 @@ INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: claim_due
--- One arm of a claim, for one kind: its due queued rows in the order of `nilo_jobs_due` (named,
--- so that no plan reads the rows of other kinds), locked as they are read and skipping rows
--- another transaction holds. A claim is one such arm and one `claim_lease` arm per kind, in one
--- UNION ALL; each row comes with what the claim answers (its attempts before this claim) and
--- `held`: NULL when it was queued, else the worker that held it ('' when the row does not say).
--- The store takes the first `limit` by (run_at, id) with `take`, in the same transaction.
-(SELECT id, kind, payload, attempts, run_at, unique_key, snoozes, trace, NULL AS held
+-- One arm of a claim's first step, for one kind: the ids of its due queued rows in the order of
+-- `nilo_jobs_due` (named, so that no plan reads the rows of other kinds), read from that index
+-- alone and locking nothing. A claim that locked rows as it read them would lock one more than
+-- it takes: InnoDB reads the entry after a range to find where the range ends, and keeps the
+-- lock of that entry, which is another kind's most due row (or a running row whose end must
+-- then wait), until the claim commits; another claim skips it meanwhile. A claim's first step
+-- is one such arm and one `claim_lease` arm per kind, in one UNION ALL; `claim_lock` then locks
+-- the rows found, by their primary key.
+(SELECT id, run_at
  FROM nilo_jobs FORCE INDEX (nilo_jobs_due)
  WHERE state = 'queued' AND kind = %(kind)s AND run_at <= %(now)s
- ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+ ORDER BY run_at, id LIMIT %(limit)s)
 
 -- name: claim_due_from
 -- `claim_due` of the rows due from %(from)s on, with no `claim_lease` arm: serve's claims read
 -- from where its last ones reached, not past the entries of rows claimed long before that purge
 -- cannot remove while a transaction's read view holds them.
-(SELECT id, kind, payload, attempts, run_at, unique_key, snoozes, trace, NULL AS held
+(SELECT id, run_at
  FROM nilo_jobs FORCE INDEX (nilo_jobs_due)
  WHERE state = 'queued' AND kind = %(kind)s AND run_at >= %(from)s AND run_at <= %(now)s
- ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+ ORDER BY run_at, id LIMIT %(limit)s)
 
 -- name: claim_lease
 -- The other arm: running rows of the kind whose lease ran out, in the order of
 -- `nilo_jobs_lease`.
-(SELECT id, kind, payload, attempts, run_at, unique_key, snoozes, trace,
-        coalesce(worker, '') AS held
+(SELECT id, run_at
  FROM nilo_jobs FORCE INDEX (nilo_jobs_lease)
  WHERE state = 'running' AND kind = %(kind)s AND lease_until <= %(now)s
- ORDER BY lease_until, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+ ORDER BY lease_until, id LIMIT %(limit)s)
+
+-- name: claim_lock
+-- A claim's second step: the rows its first step found, each by its primary key (a lookup of
+-- one key reads no entry past it), locked and skipping rows another claim holds (`FOR UPDATE
+-- SKIP LOCKED`), and only while still due: queued and due, or running with its lease run out
+-- (a row another claim took and committed since is left out). Each comes with what the claim
+-- answers (its attempts before this claim) and `held`: NULL when it was queued, else the worker
+-- that held it ('' when the row does not say).
+SELECT id, kind, payload, attempts, run_at, unique_key, snoozes, trace,
+       CASE WHEN state = 'running' THEN coalesce(worker, '') END AS held
+FROM nilo_jobs FORCE INDEX (PRIMARY)
+WHERE id IN (%(ids)s)
+  AND (state = 'queued' AND run_at <= %(now)s OR state = 'running' AND lease_until <= %(now)s)
+FOR UPDATE SKIP LOCKED;
 
 -- name: take
 UPDATE nilo_jobs

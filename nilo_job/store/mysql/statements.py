@@ -39,9 +39,10 @@ def spelled(
 
 @functools.lru_cache(maxsize=64)
 def claim_statement(kinds: int, due_from: bool = False) -> str:
-    """The claim of `kinds` kinds: a `claim_due` and a `claim_lease` arm for each, in one UNION
-    ALL, each kind its parameter `kind_i` (see `claim_params`); with `due_from`, a
-    `claim_due_from` arm for each and no other."""
+    """The first step of a claim of `kinds` kinds (the ids of the rows it may take, locking
+    nothing): a `claim_due` and a `claim_lease` arm for each, in one UNION ALL, each kind its
+    parameter `kind_i` (see `claim_params`); with `due_from`, a `claim_due_from` arm for each
+    and no other."""
     names = ("claim_due_from",) if due_from else ("claim_due", "claim_lease")
     arms = []
     for i in range(kinds):

@@ -2,13 +2,15 @@
 asyncmy.
 
 Any number of worker processes on any number of hosts share one table. A claim is one
-transaction: a locking read of the due rows and of the rows whose lease ran out, each in the
-order of its index and skipping rows another claim holds (`FOR UPDATE SKIP LOCKED`, MariaDB 10.6
-and MySQL 8.0 or newer), then one UPDATE of those it takes. Kinds with a concurrency limit are
-counted and claimed in the same transaction, each under a named lock of its own. The unique
-index over (kind, unique_key) gives `unique` its verdict: a key another queued or running row of
-the kind holds is the server's duplicate-key error, which undoes that one INSERT and nothing
-else of its transaction.
+transaction: a read of the ids of the due rows and of the rows whose lease ran out, each in the
+order of its index and locking nothing; a locking read of those rows by their primary key,
+skipping rows another claim holds (`FOR UPDATE SKIP LOCKED`, MariaDB 10.6 and MySQL 8.0 or
+newer) and rows no longer due; then one UPDATE of those it takes. (Locking as it reads the
+index, a claim would also lock the entry after its range, another kind's most due row.) Kinds
+with a concurrency limit are counted and claimed in the same transaction, each under a named
+lock of its own. The unique index over (kind, unique_key) gives `unique` its verdict: a key
+another queued or running row of the kind holds is the server's duplicate-key error, which
+undoes that one INSERT and nothing else of its transaction.
 
 Neither database has NOTIFY: another host's push is found at the poll (`poll_ms`). Processes on
 one host wake each other at once with a datagram (`store/_wake.py`, as on SQLite), through a
@@ -102,6 +104,9 @@ ANSWER = Span(100, 86_400_000, "whole milliseconds", "a day")
 
 POOL = Span(1, 10_000, "a count of connections", "far past any server's max_connections")
 """`max_size`."""
+
+CLAIM_ROUNDS = 4
+"""How many times a claim reads on past rows other claims hold, before it takes what it has."""
 
 BULK_ROWS = 500
 BULK_BYTES = 4 << 20
@@ -877,22 +882,40 @@ async def _claim_in(
     worker: str | None,
     due_from_us: int | None = None,
 ) -> list[Claimed]:
-    """The `claim` and `take` statements, in the caller's transaction: the rows taken, each
-    retaken one with the worker that held it (`Claimed.retaken_from`); with `due_from_us`, the
-    queued rows due from then on only."""
+    """The claim's statements, in the caller's transaction: the rows taken, each retaken one
+    with the worker that held it (`Claimed.retaken_from`); with `due_from_us`, the queued rows
+    due from then on only.
+
+    The ids of the first `limit` rows it may take, read locking nothing (`claim_statement`),
+    then those rows locked by their primary key (`claim_lock`), but those another claim holds or
+    took since. While other claims hold some, it reads on past the ids it has seen, at most
+    `CLAIM_ROUNDS` times; then one `take` of all it locked."""
     named = list(dict.fromkeys(kinds))  # each kind once
     statement = claim_statement(len(named), due_from_us is not None)
-    await cur.execute(statement, claim_params(named, now_us, limit, due_from_us))
-    found = sorted(await cur.fetchall(), key=lambda r: (r[4], r[0]))[:limit]
-    if not found:
+    seen: set[int] = set()
+    locked: list[Any] = []
+    for _ in range(CLAIM_ROUNDS):
+        window = limit - len(locked) + len(seen)  # the first rows, past those seen
+        await cur.execute(statement, claim_params(named, now_us, window, due_from_us))
+        found = sorted(await cur.fetchall(), key=lambda r: (int(r[1]), int(r[0])))[:window]
+        ids = [int(r[0]) for r in found if int(r[0]) not in seen][: limit - len(locked)]
+        if not ids:
+            break
+        seen.update(ids)
+        await cur.execute(*spelled(SQL["claim_lock"], {"now": now_us}, ids=ids))
+        locked += await cur.fetchall()
+        if len(locked) >= limit or len(found) < window:  # all it asked, or all there is
+            break
+    if not locked:
         return []
+    locked.sort(key=lambda r: (int(r[4]), int(r[0])))
     take = {"lease_until": lease_until_us, "now": now_us, "worker": worker}
-    await cur.execute(*spelled(SQL["take"], take, ids=[r[0] for r in found]))
-    return [_claimed(r) for r in found]
+    await cur.execute(*spelled(SQL["take"], take, ids=[r[0] for r in locked]))
+    return [_claimed(r) for r in locked]
 
 
 def _claimed(r: Any) -> Claimed:
-    """A row a claim took, from its columns (`claim_due`, `claim_lease`): its attempts counting
+    """A row a claim took, from its columns (`claim_lock`): its attempts counting
     this claim, and the worker it was taken back from, if any."""
     attempts, run_at, snoozes = int(r[3]) + 1, int(r[4]), int(r[6])
     return Claimed(
