@@ -179,21 +179,22 @@ async def test_each_rebuild_is_said_and_a_failure_once_until_it_changes(
     ]
 
 
-async def test_serve_looks_once_as_it_starts_and_again_after_a_hold_until_a_rebuild(
+async def test_serve_looks_only_after_a_hold_and_then_until_a_rebuild(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """No look as serve starts (a rebuild then would only have the indexes grow back to their
+    working size); once a hold has ended, looks until one rebuilds, then none."""
     from tests.helpers.serving import until
 
     monkeypatch.setattr(rebuilds, "EVERY_S", 0.01)
     monkeypatch.setattr(rebuilds, "LOOKS", 3)
     store = Rebuilding()
     swollen = [Rebuilt("nilo_jobs_due", 5_600_000, 16_384)]
-    store.answers = [[], [], swollen, [], []]
+    store.answers = [[], swollen, [], []]
     watch = Rebuilds(store, "a store")
     running = asyncio.create_task(watch.run())
     try:
-        await until("the look as serve starts", lambda: len(store.answers) == 4)
-        for _ in range(20):  # (twenty more looks' time: none is made)
+        for _ in range(20):  # (twenty looks' time: none is made)
             await asyncio.sleep(0.01)
         assert len(store.answers) == 4
         watch.arm()  # a hold has ended: looks until one rebuilds something
@@ -206,7 +207,7 @@ async def test_serve_looks_once_as_it_starts_and_again_after_a_hold_until_a_rebu
         await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_serve_looks_once_it_has_started(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_serve_makes_no_look_as_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.helpers.serving import until
 
     monkeypatch.setattr(rebuilds, "EVERY_S", 0.01)
@@ -214,7 +215,10 @@ async def test_serve_looks_once_it_has_started(monkeypatch: pytest.MonkeyPatch) 
     store.answers = [[]]
     jobs = job.Jobs(kinds=[Idle], store=store)
     async with jobs.serving():
-        await until("a look", lambda: not store.answers)
+        await until("serve to start", lambda: jobs._parts.wakeups.feed is not None)
+        for _ in range(20):  # (twenty looks' time)
+            await asyncio.sleep(0.01)
+    assert store.answers == [[]]
 
 
 async def test_a_hold_that_ends_arms_the_rebuilds() -> None:
