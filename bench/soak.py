@@ -321,7 +321,7 @@ class Workers:
         self.pipes: list[int] = []
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "nilo_job", "--log-level", "WARNING", "worker"]
+        command = [sys.executable, "-m", "nilo_job", "--log-level", self.args.log_level, "worker"]
         command += ["soak:worker_jobs", "--workers", str(self.args.workers), "--grace-ms", "10000"]
         with self.log.open("ab") as log:
             for _ in range(self.args.workers_procs):
@@ -1222,6 +1222,9 @@ def arguments() -> argparse.Namespace:
         default=[],
         metavar="NAME=VALUE",
         help="a server setting besides the defaults (repeat it), e.g. autovacuum_naptime=10s",
+    )
+    parser.add_argument(
+        "--log-level", default="WARNING", help="the worker processes' (workers.log): e.g. INFO"
     )
     parser.add_argument("--out", help="where the files go (default: a new temporary folder)")
     parser.add_argument("--chart", metavar="DIR", help=argparse.SUPPRESS)  # soak.png only

@@ -26,13 +26,18 @@ KNOWN = (
 _LIBPQ = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name")
 """The keys of a PostgreSQL database's Django `OPTIONS` that go into the store's URL."""
 
-_MYSQL = ("connect_timeout", "unix_socket")
+_MYSQL = ("connect_timeout", "unix_socket", "ssl_mode")
 """The keys of a MariaDB/MySQL database's Django `OPTIONS` that go into the store's URL."""
 
-_MYSQL_UNCARRIED = ("read_default_file", "ssl", "ssl_mode")
+_MYSQL_SSL = {"ca": "ssl_ca", "cert": "ssl_cert", "key": "ssl_key"}
+"""The keys of the `ssl` dict of a MariaDB/MySQL database's `OPTIONS` (mysqlclient's) that go
+into the store's URL, and their names there."""
+
+_MYSQL_UNCARRIED = ("read_default_file",)
 """The keys of a MariaDB/MySQL database's Django `OPTIONS` that change where or how Django
-connects and that the store's URL cannot say (an option file, TLS): with one, the store is not
-derived from the database, lest it reach another server or connect without TLS."""
+connects and that the store's URL cannot say (an option file; an `ssl` key but `ca`, `cert`
+and `key`): with one, the store is not derived from the database, lest it reach another server
+or connect with less of TLS than Django does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +158,8 @@ def django_database_url(alias: str, database: str) -> str | None:
     """The URL of the Django database `database` as a nilo-job store: `sqlite:////abs/path` for
     SQLite's `NAME`, `postgresql://USER:PASSWORD@HOST:PORT/NAME` (with `sslmode` and the like
     from its `OPTIONS`) for PostgreSQL, `mysql://USER:PASSWORD@HOST:PORT/NAME` (with
-    `connect_timeout` and `unix_socket` from its `OPTIONS`, or a `HOST` that is a socket's path)
+    `connect_timeout`, `unix_socket`, `ssl_mode` and the `ssl` dict's `ca`, `cert` and `key`
+    from its `OPTIONS`, or a `HOST` that is a socket's path)
     for MariaDB and MySQL, which Django's one backend serves both (the store tells them apart by
     the server's version once it connects); None for another engine.
 
@@ -186,7 +192,11 @@ def django_database_url(alias: str, database: str) -> str | None:
         return f"postgresql://{netloc}/{quote(str(db.get('NAME') or ''), safe='')}{query}"
     if engine.endswith(".mysql"):
         host = str(db.get("HOST") or "")
-        extra = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in _MYSQL}
+        options = db.get("OPTIONS") or {}
+        extra = {k: str(v) for k, v in options.items() if k in _MYSQL}
+        ssl = options.get("ssl")
+        if isinstance(ssl, Mapping):
+            extra.update({_MYSQL_SSL[k]: str(v) for k, v in ssl.items() if k in _MYSQL_SSL})
         if host.startswith("/"):  # Django's MySQL backend: a HOST from "/" is a Unix socket
             extra.setdefault("unix_socket", host)
             host = "localhost"
@@ -212,19 +222,26 @@ def _carried(alias: str, database: str) -> None:
     the store would be derived from it.
 
     Raises:
-        Refusal: its `OPTIONS` name an option file or TLS (`_MYSQL_UNCARRIED`).
+        Refusal: its `OPTIONS` name an option file, or TLS the URL cannot say (an `ssl` that
+            is not a dict, or has keys but `ca`, `cert` and `key`).
     """
     from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
 
     db: Mapping[str, Any] = settings.DATABASES[database]
     if not str(db.get("ENGINE", "")).endswith(".mysql"):
         return
-    left = [k for k in _MYSQL_UNCARRIED if k in (db.get("OPTIONS") or {})]
+    options = db.get("OPTIONS") or {}
+    left = [k for k in _MYSQL_UNCARRIED if k in options]
+    ssl = options.get("ssl")
+    if isinstance(ssl, Mapping):
+        left += [f"ssl[{k!r}]" for k in ssl if k not in _MYSQL_SSL]
+    elif ssl is not None:
+        left.append("ssl")
     if left:
         raise Refusal(
             f"DATABASES[{database!r}]['OPTIONS'] has {', '.join(left)}, which the URL of "
             "nilo-job's MariaDB/MySQL store cannot carry (it takes USER, PASSWORD, HOST, PORT, "
-            f"NAME, connect_timeout and unix_socket, and no TLS): set "
+            "NAME, connect_timeout, unix_socket, ssl_mode and ssl's ca, cert and key): set "
             f"TASKS[{alias!r}]['OPTIONS']['store'] to a mysql:// URL of that database"
         )
 

@@ -79,6 +79,7 @@ import json
 import django
 from django.conf import settings
 
+CA = "/etc/ssl/certs/ca-certificates.crt"  # Debian's bundle of the authorities it trusts
 mysql = {"ENGINE": "django.db.backends.mysql", "NAME": "shop", "USER": "app"}
 settings.configure(
     DATABASES={
@@ -87,7 +88,11 @@ settings.configure(
             "OPTIONS": {"charset": "utf8mb4", "connect_timeout": 5, "init_command": "SET x=1"},
         },
         "socket": {**mysql, "HOST": "/run/mysqld/mysqld.sock"},
-        "tls": {**mysql, "HOST": "db.internal", "OPTIONS": {"ssl": {"ca": "/etc/ca.pem"}}},
+        "tls": {
+            **mysql, "HOST": "db.internal",
+            "OPTIONS": {"ssl": {"ca": CA}, "ssl_mode": "VERIFY_IDENTITY"},
+        },
+        "capath": {**mysql, "HOST": "db.internal", "OPTIONS": {"ssl": {"capath": "/etc/ssl"}}},
         "oracle": {"ENGINE": "django.db.backends.oracle", "NAME": "xe", "USER": "app"},
     },
 )
@@ -105,6 +110,7 @@ for name, options in {
     "another_port": {"store": "mariadb://app@db.internal:3306/shop"},
     "tls_with_a_store": {"database": "tls", "store": "mysql://app@db.internal/shop"},
     "tls": {"database": "tls"},
+    "capath": {"database": "capath"},
     "oracle": {"database": "oracle"},
 }.items():
     try:
@@ -119,6 +125,9 @@ for name, options in {
             server.host, server.port, server.user, server.password, server.database,
             server.unix_socket, server.connect_timeout,
         ]
+    if name == "tls":
+        tls = server_of(given.store).tls
+        seen[name] += [tls.mode, tls.ca]
 print(json.dumps(seen))
 """
 """Django settings with MariaDB/MySQL databases, and Oracle's, read by the backend (no server)."""
@@ -141,11 +150,18 @@ def test_a_mysql_database_gives_the_store_and_an_engine_without_one_is_refused()
         "same_on_mariadb": ["mariadb://other@db.internal:3307/shop", "default"],
         "another_port": ["mariadb://app@db.internal:3306/shop", None],
         "tls_with_a_store": ["mysql://app@db.internal/shop", "tls"],
-        "tls": (
-            "DATABASES['tls']['OPTIONS'] has ssl, which the URL of nilo-job's MariaDB/MySQL "
-            "store cannot carry (it takes USER, PASSWORD, HOST, PORT, NAME, connect_timeout and "
-            "unix_socket, and no TLS): set TASKS['extra']['OPTIONS']['store'] to a mysql:// URL "
-            "of that database"
+        "tls": [
+            "mysql://app@db.internal/shop?ssl_mode=VERIFY_IDENTITY"
+            "&ssl_ca=%2Fetc%2Fssl%2Fcerts%2Fca-certificates.crt",
+            "tls",
+            "VERIFY_IDENTITY",
+            "/etc/ssl/certs/ca-certificates.crt",
+        ],
+        "capath": (
+            "DATABASES['capath']['OPTIONS'] has ssl['capath'], which the URL of nilo-job's "
+            "MariaDB/MySQL store cannot carry (it takes USER, PASSWORD, HOST, PORT, NAME, "
+            "connect_timeout, unix_socket, ssl_mode and ssl's ca, cert and key): set "
+            "TASKS['extra']['OPTIONS']['store'] to a mysql:// URL of that database"
         ),
         "oracle": (
             "DATABASES['oracle'] is neither SQLite, PostgreSQL nor MariaDB/MySQL, where nilo-job "

@@ -49,6 +49,8 @@ from ..._base.errors import Refusal, StoreUnavailable
 from .. import _schema
 from .._target import raw_in_userinfo, scrubbed, shown
 from .statements import SQL, missing_table
+from .tls import OPTIONS as TLS_OPTIONS
+from .tls import Tls, failed_sentence, read_tls
 
 T = TypeVar("T")
 
@@ -125,7 +127,7 @@ SAID = frozenset({*LOGIN, NO_DATABASE, NO_TABLE})
 `StoreUnavailable`: a login refused, no such database (at connect), no such table (the store's
 tables missing or renamed away, which `nilo-job migrate` makes, as on the other stores)."""
 
-QUERY = frozenset({"connect_timeout", "unix_socket"})
+QUERY = frozenset({"connect_timeout", "unix_socket", *TLS_OPTIONS})
 """What a URL's query may say."""
 
 
@@ -142,6 +144,7 @@ class Server:
     database: str
     connect_timeout: float = CONNECT_S
     unix_socket: str | None = None
+    tls: Tls | None = None
 
     @property
     def address(self) -> str:
@@ -166,13 +169,14 @@ class Server:
 
 def server_of(url: str) -> Server:
     """The server `url` names: `mysql://user:password@host:port/database` (or `mariadb://…`),
-    the user and password percent-encoded, with `?connect_timeout=S` and `?unix_socket=PATH` as
-    options.
+    the user and password percent-encoded, with `?connect_timeout=S`, `?unix_socket=PATH` and
+    TLS (`ssl_mode`, `ssl_ca`, `ssl_cert`, `ssl_key`: see `read_tls`) as options.
 
     Raises:
         Refusal: the URL names no database, has a port that is not one, or an option that is
-            not one of those; or its user or password holds an `@`, `/`, `?` or `#` that is not
-            percent-encoded (as PostgreSQL's store refuses it).
+            not one of those, or TLS options `read_tls` refuses; or its user or password
+            holds an `@`, `/`, `?` or `#` that is not percent-encoded (as PostgreSQL's store
+            refuses it).
     """
     said = shown(url)
     raw = raw_in_userinfo(url)
@@ -225,6 +229,7 @@ def server_of(url: str) -> Server:
         database=database,
         connect_timeout=timeout,
         unix_socket=options.get("unix_socket") or None,
+        tls=read_tls(options, said),
     )
 
 
@@ -351,6 +356,10 @@ class Connections:
         if code == CONN_HOST_ERROR and self.server.unix_socket is not None:
             # The driver names the host, which a socket does not use: name the socket instead.
             said = said.replace(f"on {self.server.host!r}", f"on {self.server.unix_socket!r}", 1)
+        if self.server.tls is not None and what == "a connection":
+            why = failed_sentence(said, self.server.tls)
+            if why is not None:
+                return StoreUnavailable(f"cannot reach {flavor} at {at} over TLS: {why}")
         if code in LOGIN:
             return StoreUnavailable(
                 f"{flavor} at {at} refused the login of user {self.server.user!r}: check the "
@@ -383,6 +392,7 @@ class Connections:
                     unix_socket=server.unix_socket, charset="utf8mb4", autocommit=True,
                     client_flag=CLIENT.FOUND_ROWS, connect_timeout=server.connect_timeout,
                     max_allowed_packet=1 << 30,
+                    ssl=None if server.tls is None else server.tls.context,
                 )  # fmt: skip
                 try:
                     async with conn.cursor() as cur:
