@@ -13,8 +13,8 @@ tool the suite uses (the `dev` extra). Arguments after `test` go to pytest.
 (`python3.12` on PATH, or pyenv's) and runs there every test that needs no PostgreSQL nor
 MariaDB (`-m "not postgres and not mariadb"`: the Memory and SQLite tests, the frameworks, the
 command line), then the PostgreSQL and MariaDB tests of what only installs on those versions
-(the Django 6 Tasks backend). An interpreter that is missing is skipped with a sentence, except in CI
-(CI=true), where it is a failure. Nothing here is needed by users of the library.
+(the Django 6 Tasks backend). An interpreter that is missing is skipped with a sentence, except
+in CI (CI=true), where it is a failure. Nothing here is needed by users of the library.
 """
 
 from __future__ import annotations
