@@ -10,7 +10,9 @@ Every serving process looks every `EVERY_S` seconds (`Store.held_back`). Once a 
 `AFTER_S`, it says so as a WARNING naming what holds it (on PostgreSQL its pid, role,
 application, state, how long, and the start of its last statement), again every `AGAIN_S` while
 it lasts, and at INFO once it has ended. A look that fails is said once at INFO and tried again
-at the next; the watch never stops serve.
+at the next; the watch never stops serve. A look that finds nothing holding back the cleanup
+for longer than `EVERY_S` has the indexes' sizes measured (`Rebuilds.measure`), and a hold said
+that has ended arms the rebuilds (`Rebuilds.arm`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .._base.text import duration
 from ..store.contract import HeldBack, Store
@@ -82,6 +84,8 @@ class HoldWatch:
         after_s: a hold is said once it has lasted this many seconds.
         again_s: while it lasts, it is said again every this many seconds.
         ended: called when a hold it said has ended (serve's `Rebuilds.arm`).
+        quiet: awaited after a look that finds nothing holding back the cleanup for longer
+            than `EVERY_S` (serve's `Rebuilds.measure`).
     """
 
     def __init__(
@@ -92,10 +96,12 @@ class HoldWatch:
         after_s: float = AFTER_S,
         again_s: float = AGAIN_S,
         ended: Callable[[], None] = lambda: None,
+        quiet: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.where = where
         self.ended = ended  # told when a hold it said has ended
+        self.quiet = quiet  # awaited after a look that finds no hold
         self.after_s = after_s
         self.again_s = again_s
         self.said: HeldBack | None = None  # the hold last said, while it lasts
@@ -120,6 +126,8 @@ class HoldWatch:
             log.info("the %s that held back the cleanup of %s has ended", what, self.where)
             self.said = None
             self.ended()
+        if self.quiet is not None and (hold is None or hold.age_s < EVERY_S):
+            await self.quiet()
         if hold is None or hold.age_s < self.after_s:
             return hold
         if self.said is None or now - self.said_at >= self.again_s:

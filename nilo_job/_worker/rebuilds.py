@@ -10,6 +10,12 @@ size, larger than its live entries need, which a rebuild only has it grow back t
 heavy traffic a queue whose indexes were rebuilt small stalled (a soak at 10,000 jobs/s: claims
 took 2 s each for 45 s, from the first autovacuum after the rebuild).
 
+For the same reason an index is rebuilt only once it is past twice its size before the hold:
+the watch has the sizes measured (`measure`) at each of its looks that finds nothing holding
+back the cleanup, and they are kept from the hold's start until the looks after it are over.
+Every serving process has them, so an index one process has rebuilt is not rebuilt again by
+another once it has grown back to its working size.
+
 Each index rebuilt is said at INFO with its size before and after. A failure (a role that does
 not own the table may not rebuild its indexes) is said once as a WARNING, again only when it
 changes; it never stops serve.
@@ -45,10 +51,22 @@ class Rebuilds:
         self.where = where
         self.failed: str | None = None  # the last failure said
         self.looks = 0  # the looks left (`arm`)
+        self.before: dict[str, int] = {}  # the indexes' sizes before the last hold (bytes)
 
     def arm(self) -> None:
         """A hold has ended: look again, `LOOKS` times at most."""
         self.looks = LOOKS
+
+    async def measure(self) -> None:
+        """Nothing holds back the cleanup: measure the indexes' sizes, which the looks after
+        the next hold compare with (kept as they are while looks are left). A failure keeps
+        the sizes measured last."""
+        if self.looks > 0:
+            return
+        try:
+            self.before = await self.store.index_sizes()
+        except Exception:
+            return  # (the watch says why the database cannot be looked at)
 
     async def run(self) -> None:
         """Every `EVERY_S` seconds until cancelled, look if looks are left."""
@@ -62,7 +80,7 @@ class Rebuilds:
     async def look(self) -> bool:
         """Ask once; say what was rebuilt, or why it failed. Whether anything was rebuilt."""
         try:
-            rebuilt = await self.store.rebuild_swollen()
+            rebuilt = await self.store.rebuild_swollen(self.before)
         except Exception as error:
             said = printable(f"{type(error).__name__}: {error}".splitlines()[0])
             if said != self.failed:

@@ -153,7 +153,7 @@ class Server:
         if self.pruner is not None:
             helpers.append(asyncio.create_task(self.pruner.run()))
         rebuilds = Rebuilds(self.store, repr(self.store))
-        holds = HoldWatch(self.store, repr(self.store), ended=rebuilds.arm)
+        holds = HoldWatch(self.store, repr(self.store), ended=rebuilds.arm, quiet=rebuilds.measure)
         helpers += [asyncio.create_task(holds.run()), asyncio.create_task(rebuilds.run())]
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(

@@ -631,13 +631,24 @@ class Store(Protocol):
         """Every entry of the registry, by `started_at` then id. Memory knows this process's
         alone."""
 
-    async def rebuild_swollen(self) -> list[Rebuilt]:
+    async def index_sizes(self) -> dict[str, int]:
+        """Each index of the queue table that `rebuild_swollen` may rebuild, with its size in
+        bytes now; empty on the stores that rebuild nothing.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached."""
+
+    async def rebuild_swollen(self, before: Mapping[str, int] | None = None) -> list[Rebuilt]:
         """Rebuild the indexes of the queue table that have swollen far past what their live
         entries need (a transaction that held an old snapshot, a backlog run down: an index's
         file never shrinks by itself), without blocking pushes, claims or ends; the indexes
-        rebuilt. PostgreSQL: `REINDEX INDEX CONCURRENTLY`, by one process at a time, not while
-        something holds back the cleanup, and not behind a pooler without a direct URL. The
-        other stores: nothing (SQLite and InnoDB reuse the room in their files)."""
+        rebuilt. An index that `before` (sizes in bytes, as `index_sizes` gave them before a
+        hold began) names is swollen only beyond twice its size there: under heavy traffic an
+        index's working size is larger than its live entries need, and an index another
+        process has already rebuilt is not rebuilt again. PostgreSQL: `REINDEX INDEX
+        CONCURRENTLY`, by one process at a time, not while something holds back the cleanup,
+        and not behind a pooler without a direct URL. The other stores: nothing (SQLite and
+        InnoDB reuse the room in their files)."""
 
     async def held_back(self) -> HeldBack | None:
         """What holds back the cleanup of the queue's tables now (see `HeldBack`), however

@@ -614,7 +614,10 @@ class Memory:
         with self._lock:
             return sorted(self._entries.values(), key=lambda e: (e.started_at, e.id))
 
-    async def rebuild_swollen(self) -> list[Rebuilt]:
+    async def index_sizes(self) -> dict[str, int]:
+        return {}
+
+    async def rebuild_swollen(self, before: Mapping[str, int] | None = None) -> list[Rebuilt]:
         return []  # (nothing to rebuild in this process)
 
     async def held_back(self) -> HeldBack | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from nilo_job._worker import rebuilds
 from nilo_job._worker.rebuilds import Rebuilds
 from nilo_job.store.contract import NewRow, Rebuilt, Store
 from nilo_job.store.postgres import rebuild
+from nilo_job.store.postgres.store import PostgresTable
 
 ROWS = 60_000
 
@@ -71,6 +73,34 @@ async def test_the_swollen_indexes_are_rebuilt_and_give_their_room_back(pg_url: 
 
 
 @pytest.mark.postgres
+async def test_an_index_is_rebuilt_only_past_twice_its_size_before_the_hold(pg_url: str) -> None:
+    """Under heavy traffic an index's working size is far larger than its live entries need:
+    measured before a hold, it is what the index may grow back to, so an index at most twice
+    that (one another process has rebuilt since, say) is left alone."""
+    store = job.Table(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        run_down_a_backlog(conn)
+        swollen = sizes(conn)
+        try:
+            assert await store.index_sizes() == swollen
+            at_working_size = {name: -(-size // 2) for name, size in swollen.items()}
+            assert await store.rebuild_swollen(at_working_size) == []
+            assert sizes(conn) == swollen
+            past_twice = {**swollen, "nilo_jobs_due": swollen["nilo_jobs_due"] // 2 - 1}
+            rebuilt = await store.rebuild_swollen(past_twice)
+        finally:
+            await store.close()
+        after = sizes(conn)
+    assert [(r.index, r.before_bytes) for r in rebuilt] == [
+        ("nilo_jobs_due", swollen["nilo_jobs_due"])
+    ]
+    assert after["nilo_jobs_due"] < swollen["nilo_jobs_due"] // 10
+    assert {n: s for n, s in after.items() if n != "nilo_jobs_due"} == {
+        n: s for n, s in swollen.items() if n != "nilo_jobs_due"
+    }
+
+
+@pytest.mark.postgres
 async def test_no_rebuild_while_a_transaction_holds_back_the_cleanup(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,6 +144,20 @@ async def test_what_a_rebuild_cut_short_left_is_dropped_first(pg_url: str) -> No
 async def test_a_fresh_table_has_nothing_to_rebuild(store: Store) -> None:
     await store.push([NewRow("k", b"{}", 1, None)])
     assert await store.rebuild_swollen() == []
+    assert await store.rebuild_swollen({}) == []
+
+
+async def test_only_postgresql_has_index_sizes_to_measure(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    measured = await store.index_sizes()
+    if isinstance(store, PostgresTable):
+        with psycopg.connect(request.getfixturevalue("pg_url")) as conn:
+            assert measured == sizes(conn)
+        assert {"nilo_jobs_due", "nilo_jobs_lease", "nilo_jobs_pkey"} <= set(measured)
+        assert all(size > 0 for size in measured.values())
+    else:
+        assert measured == {}
 
 
 @dataclasses.dataclass
@@ -131,8 +175,17 @@ class Rebuilding(job.Memory):
     def __init__(self) -> None:
         super().__init__()
         self.answers: list[list[Rebuilt] | Exception] = []
+        self.asked_with: list[dict[str, int] | None] = []  # each rebuild's `before`
+        self.sizes: list[dict[str, int] | Exception] = []  # what `index_sizes` answers
 
-    async def rebuild_swollen(self) -> list[Rebuilt]:
+    async def index_sizes(self) -> dict[str, int]:
+        answer = self.sizes.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def rebuild_swollen(self, before: Mapping[str, int] | None = None) -> list[Rebuilt]:
+        self.asked_with.append(None if before is None else dict(before))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -239,3 +292,40 @@ async def test_a_hold_that_ends_arms_the_rebuilds() -> None:
     assert watch.looks == 0
     await hold_watch.look()  # ended
     assert watch.looks == rebuilds.LOOKS
+
+
+async def test_the_sizes_before_a_hold_are_kept_until_the_looks_after_it_are_over() -> None:
+    """The watch has the sizes measured at each look that finds nothing holding back the
+    cleanup (a hold younger than its look's interval counts as none), never while a hold
+    lasts nor while the looks after one are left; each look passes them to the rebuild."""
+    from nilo_job._worker.holdback import HoldWatch
+    from nilo_job.store.contract import HeldBack
+
+    store = Rebuilding()
+    short = HeldBack(age_s=0.2, pid=8, state="active")
+    long = HeldBack(age_s=61.0, pid=7, state="idle in transaction")
+    holds = [None, short, long, long, None, None]
+
+    async def held_back() -> HeldBack | None:
+        return holds.pop(0)
+
+    store.held_back = held_back  # type: ignore[method-assign]
+    store.sizes = [{"nilo_jobs_due": 100}, {"nilo_jobs_due": 120}, RuntimeError("gone")]
+    rebuilds_ = Rebuilds(store, "a store")
+    watch = HoldWatch(store, "a store", ended=rebuilds_.arm, quiet=rebuilds_.measure)
+    await watch.look()  # nothing held: measured
+    assert rebuilds_.before == {"nilo_jobs_due": 100}
+    await watch.look()  # a short transaction: measured
+    assert rebuilds_.before == {"nilo_jobs_due": 120}
+    await watch.look()  # the hold: not measured
+    await watch.look()
+    await watch.look()  # ended: armed, and not measured
+    assert rebuilds_.looks == rebuilds.LOOKS
+    assert rebuilds_.before == {"nilo_jobs_due": 120}
+    store.answers = [[]]
+    await rebuilds_.look()
+    assert store.asked_with == [{"nilo_jobs_due": 120}]
+    rebuilds_.looks = 0  # the looks are over: measured again, a failure keeps the last
+    await watch.look()
+    assert rebuilds_.before == {"nilo_jobs_due": 120}
+    assert store.sizes == []

@@ -767,7 +767,10 @@ class MysqlTable:
     async def workers(self) -> list[WorkerEntry]:
         return [worker_entry(row) for row in await self._all(SQL["workers"])]
 
-    async def rebuild_swollen(self) -> list[Rebuilt]:
+    async def index_sizes(self) -> dict[str, int]:
+        return {}
+
+    async def rebuild_swollen(self, before: Mapping[str, int] | None = None) -> list[Rebuilt]:
         return []  # (InnoDB reuses its pages; OPTIMIZE TABLE would block the queue)
 
     async def held_back(self) -> HeldBack | None:

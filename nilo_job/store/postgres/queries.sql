@@ -610,6 +610,13 @@ WHERE i.indrelid = 'nilo_jobs'::regclass AND i.indisvalid AND index.reltuples >=
   AND pg_relation_size(index.oid) > greatest(1048576, 4 * 100 * index.reltuples)
 ORDER BY index.relname;
 
+-- name: index_sizes
+-- Each valid index of `nilo_jobs` with its size in bytes (`Store.index_sizes`).
+SELECT index.relname, pg_relation_size(index.oid)
+FROM pg_index AS i JOIN pg_class AS index ON index.oid = i.indexrelid
+WHERE i.indrelid = 'nilo_jobs'::regclass AND i.indisvalid
+ORDER BY index.relname;
+
 -- name: unfinished_rebuilds
 -- What a `REINDEX CONCURRENTLY` of `nilo_jobs` cut short leaves: an invalid index named
 -- `…_ccnew` (or `…_ccold`), which every write still keeps up. Dropped before the next rebuild.

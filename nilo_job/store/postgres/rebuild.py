@@ -15,6 +15,7 @@ new index would keep what the old one did, and the rebuild would wait for the ho
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -27,12 +28,18 @@ from .statements import SQL
 HELD_S = 10.0
 """A transaction holding back the cleanup for this long (s) puts the rebuilds off."""
 
+OVER_BEFORE = 2
+"""An index that `before` names is swollen only past this many times its size there."""
 
-async def rebuild_swollen(connections: Connections, held: HeldBack | None) -> list[Rebuilt]:
-    """Rebuild the swollen indexes of `nilo_jobs` (the `swollen` statement); what was rebuilt.
-    Leftovers of a rebuild cut short are dropped first. Nothing while `held` (what holds back
-    the cleanup now) has lasted `HELD_S`: the new index would keep what the hold keeps, and the
-    rebuild would wait for it to end.
+
+async def rebuild_swollen(
+    connections: Connections, held: HeldBack | None, before: Mapping[str, int]
+) -> list[Rebuilt]:
+    """Rebuild the swollen indexes of `nilo_jobs`: those the `swollen` statement finds and,
+    when `before` (bytes, from before a hold) names them, larger than `OVER_BEFORE` times their
+    size there. What was rebuilt. Leftovers of a rebuild cut short are dropped first. Nothing
+    while `held` (what holds back the cleanup now) has lasted `HELD_S`: the new index would
+    keep what the hold keeps, and the rebuild would wait for it to end.
 
     Raises:
         StoreUnavailable: the server cannot be reached.
@@ -51,12 +58,14 @@ async def rebuild_swollen(connections: Connections, held: HeldBack | None) -> li
                 sql.Identifier(name)
             ))  # fmt: skip
         rebuilt = []
-        for name, before in await (await conn.execute(SQL["swollen"])).fetchall():
+        for name, size in await (await conn.execute(SQL["swollen"])).fetchall():
+            if name in before and size <= OVER_BEFORE * before[name]:
+                continue  # its working size (or another process rebuilt it since)
             await conn.execute(
                 sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier(name))
             )
             after = await _one(conn, SQL["index_size"], (name,))
-            rebuilt.append(Rebuilt(name, int(before), int(after or 0)))
+            rebuilt.append(Rebuilt(name, int(size), int(after or 0)))
         return rebuilt  # (the lock goes with the connection)
 
 

@@ -646,8 +646,11 @@ class PostgresTable:
     async def workers(self) -> list[WorkerEntry]:
         return [worker_entry(row) for row in await self._all(SQL["workers"])]
 
-    async def rebuild_swollen(self) -> list[Rebuilt]:
-        return await rebuild_swollen(self._connections, await self.held_back())
+    async def index_sizes(self) -> dict[str, int]:
+        return dict(await self._all(SQL["index_sizes"], what="the sizes of the indexes"))
+
+    async def rebuild_swollen(self, before: Mapping[str, int] | None = None) -> list[Rebuilt]:
+        return await rebuild_swollen(self._connections, await self.held_back(), before or {})
 
     async def held_back(self) -> HeldBack | None:
         found = await self._all(SQL["held_back"], what="a look at pg_stat_activity")

@@ -581,7 +581,10 @@ class SqliteTable:
         found = await self._db.call(lambda conn: conn.execute(SQL["workers"]).fetchall())
         return [worker_entry(row) for row in found]
 
-    async def rebuild_swollen(self) -> list[Rebuilt]:
+    async def index_sizes(self) -> dict[str, int]:
+        return {}
+
+    async def rebuild_swollen(self, before: Mapping[str, int] | None = None) -> list[Rebuilt]:
         return []  # (SQLite reuses the free pages of its file)
 
     async def held_back(self) -> HeldBack | None:
