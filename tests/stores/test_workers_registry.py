@@ -395,7 +395,10 @@ async def test_a_process_cut_off_from_the_store_past_the_window_has_its_rows_run
             async def unreachable(*args: object) -> bool:
                 raise job.StoreUnavailable("the store cannot be reached (the test cut it off)")
 
+            # Cut off: neither its beats nor its claims reach the store (a process that could
+            # still claim would take its own row back, and give it back while its run goes on).
             cut.beat = unreachable  # type: ignore[method-assign]
+            cut.claim = unreachable  # type: ignore[method-assign]
             async with other_jobs.serving(grace_ms=0):
 
                 async def run_twice() -> bool:

@@ -252,8 +252,10 @@ WHERE state = 'running' AND lease_until > %(now)s AND kind = %(kind)s;
 
 -- name: fence
 -- The rows of a group of ends that still hold their claim, locked until the ends are written:
--- every end applies to its row only when it is among these, with its attempts.
-SELECT id, attempts FROM nilo_jobs WHERE id IN (%(ids)s) AND state = 'running' FOR UPDATE;
+-- every end applies to its row only when it is among these, with its attempts. By the primary
+-- key, so that it locks those rows alone, whatever plan the optimizer would choose.
+SELECT id, attempts FROM nilo_jobs FORCE INDEX (PRIMARY)
+WHERE id IN (%(ids)s) AND state = 'running' FOR UPDATE;
 
 -- name: attempt
 -- The attempt an end closes, recorded before the end's statement changes the row (one
@@ -398,14 +400,17 @@ SELECT id, kind, 'done', payload, run_at, attempts, unique_key, NULL, error, NUL
 FROM nilo_jobs_done WHERE id = %(id)s;
 
 -- name: dead_among
--- The dead rows among a list of ids, locked until the transaction that acts on them ends.
-SELECT id FROM nilo_jobs WHERE id IN (%(ids)s) AND state = 'dead' ORDER BY id FOR UPDATE;
+-- The dead rows among a list of ids, locked until the transaction that acts on them ends (by
+-- the primary key, as `fence`, these rows alone).
+SELECT id FROM nilo_jobs FORCE INDEX (PRIMARY)
+WHERE id IN (%(ids)s) AND state = 'dead' ORDER BY id FOR UPDATE;
 
 -- name: queued_among
-SELECT id FROM nilo_jobs WHERE id IN (%(ids)s) AND state = 'queued' ORDER BY id FOR UPDATE;
+SELECT id FROM nilo_jobs FORCE INDEX (PRIMARY)
+WHERE id IN (%(ids)s) AND state = 'queued' ORDER BY id FOR UPDATE;
 
 -- name: done_among
-SELECT id FROM nilo_jobs_done WHERE id IN (%(ids)s) ORDER BY id FOR UPDATE;
+SELECT id FROM nilo_jobs_done FORCE INDEX (PRIMARY) WHERE id IN (%(ids)s) ORDER BY id FOR UPDATE;
 
 -- name: retry_many
 UPDATE nilo_jobs
