@@ -472,6 +472,13 @@ class PgProbe:
             " count(*) FILTER (WHERE state = 'idle in transaction')"
             " FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
         )
+        vacuuming = await self.rows(
+            "SELECT c.relname FROM pg_stat_progress_vacuum AS v"
+            " JOIN pg_class AS c ON c.oid = v.relid ORDER BY c.relname"
+        )
+        (checkpoints,), *_ = await self.rows(
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+        )
         return {
             "queued_due": due,
             "oldest_due_s": (now_us - oldest) / 1e6 if oldest is not None else 0.0,
@@ -479,6 +486,8 @@ class PgProbe:
             "xmin_age": xmin_age or 0,
             "oldest_xact_s": float(xact_s or 0.0),
             "idle_in_transaction": idle_tx,
+            "vacuuming": " ".join(name for (name,) in vacuuming),
+            "checkpoints": checkpoints,
             **await self.sizes(),
         }
 

@@ -17,6 +17,11 @@ came another way; a lease that ran out). A full claim that took a row a claim fr
 would not have (due before the front, or retaken from a lease that ran out) is followed by
 another, until one takes none: a claim takes only as many rows as there are free workers, and
 the rest of those rows would otherwise wait for the next full claim, `FULL_S` later.
+
+While a transaction holds back the cleanup (the hold watch says so, `holding`), a full claim
+reads past every entry the hold keeps, and takes longer the longer the hold lasts (at 10,000
+jobs a second, 100 ms a minute of it), while the rows pushed meanwhile wait for it: the timed
+full claims then come every `FULL_HELD_S` seconds instead (the others come as before).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..store.contract import Claimed
 
 BEHIND_US = 250_000  # how far behind its latest claimed row a claim starts reading (µs)
 FULL_S = 5.0  # the longest time between two full claims (s)
+FULL_HELD_S = 60.0  # the same while a transaction holds back the cleanup (s)
 
 
 class Front:
@@ -39,6 +45,7 @@ class Front:
         self.full_next = True  # the next claim is to be a full one (`full`)
         self.reading_full = False  # the claim under way is a full one
         self.kinds: tuple[str, ...] = ()
+        self.every_s = FULL_S  # the longest time between two full claims now (`holding`)
 
     def from_us(self, kinds: Sequence[str]) -> int | None:
         """The `run_at` (µs) from which the next claim of `kinds` reads queued rows only, or
@@ -48,7 +55,7 @@ class Front:
             self.full_next
             or self.latest_us is None
             or tuple(kinds) != self.kinds
-            or now - self.full_at > FULL_S
+            or now - self.full_at > self.every_s
         ):
             self.kinds, self.full_at, self.full_next = tuple(kinds), now, False
             self.reading_full = True
@@ -73,6 +80,11 @@ class Front:
         failed, the store's watch restarted), or a lease this process held, whose end could
         not be written, may have run out."""
         self.full_next = True
+
+    def holding(self, held: bool) -> None:
+        """Whether a transaction holds back the cleanup now: the timed full claims come every
+        `FULL_HELD_S` seconds while one does, every `FULL_S` otherwise."""
+        self.every_s = FULL_HELD_S if held else FULL_S
 
     def woken(self, due_us: int) -> None:
         """A wake-up for a row due at `due_us`: a row due before the front makes the next

@@ -12,7 +12,8 @@ application, state, how long, and the start of its last statement), again every 
 it lasts, and at INFO once it has ended. A look that fails is said once at INFO and tried again
 at the next; the watch never stops serve. A look that finds nothing holding back the cleanup
 for longer than `EVERY_S` has the indexes' sizes measured (`Rebuilds.measure`), and a hold said
-that has ended arms the rebuilds (`Rebuilds.arm`).
+that has ended arms the rebuilds (`Rebuilds.arm`). Serve's claim front is told after each look
+whether something holds back the cleanup for longer than `EVERY_S` (`Front.holding`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class HoldWatch:
         ended: called when a hold it said has ended (serve's `Rebuilds.arm`).
         quiet: awaited after a look that finds nothing holding back the cleanup for longer
             than `EVERY_S` (serve's `Rebuilds.measure`).
+        held: called after each look that answered, with whether something has held back the
+            cleanup for longer than `EVERY_S` (serve's `Front.holding`).
     """
 
     def __init__(
@@ -97,11 +100,13 @@ class HoldWatch:
         again_s: float = AGAIN_S,
         ended: Callable[[], None] = lambda: None,
         quiet: Callable[[], Awaitable[None]] | None = None,
+        held: Callable[[bool], None] = lambda held: None,
     ) -> None:
         self.store = store
         self.where = where
         self.ended = ended  # told when a hold it said has ended
         self.quiet = quiet  # awaited after a look that finds no hold
+        self.held = held  # told after each look whether a hold lasts
         self.after_s = after_s
         self.again_s = again_s
         self.said: HeldBack | None = None  # the hold last said, while it lasts
@@ -126,7 +131,9 @@ class HoldWatch:
             log.info("the %s that held back the cleanup of %s has ended", what, self.where)
             self.said = None
             self.ended()
-        if self.quiet is not None and (hold is None or hold.age_s < EVERY_S):
+        holding = hold is not None and hold.age_s >= EVERY_S
+        self.held(holding)
+        if self.quiet is not None and not holding:
             await self.quiet()
         if hold is None or hold.age_s < self.after_s:
             return hold

@@ -153,7 +153,10 @@ class Server:
         if self.pruner is not None:
             helpers.append(asyncio.create_task(self.pruner.run()))
         rebuilds = Rebuilds(self.store, repr(self.store))
-        holds = HoldWatch(self.store, repr(self.store), ended=rebuilds.arm, quiet=rebuilds.measure)
+        holds = HoldWatch(
+            self.store, repr(self.store), ended=rebuilds.arm, quiet=rebuilds.measure,
+            held=self.wakeups.front.holding,
+        )  # fmt: skip
         helpers += [asyncio.create_task(holds.run()), asyncio.create_task(rebuilds.run())]
         paused = [name for name in self.names if name not in self.pauses.claimable]
         log.info(

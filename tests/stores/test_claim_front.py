@@ -192,3 +192,62 @@ def explained(conn: psycopg.Connection[Any], name: str, now: int, from_us: int |
     assert scans, plan
     pages = sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in scans)
     return {"rows": plan["Actual Rows"], "pages": pages}
+
+
+def test_while_a_hold_lasts_the_timed_full_claims_come_a_minute_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full claim reads past every entry a held snapshot keeps, longer the longer it lasts,
+    while the rows pushed meanwhile wait: while the hold watch says one lasts, the timed full
+    claims come every `FULL_HELD_S` instead of `FULL_S`; those something asks for come as
+    before."""
+    clock = [100.0]
+    monkeypatch.setattr(front.time, "monotonic", lambda: clock[0])
+    at = front.Front()
+    assert at.from_us(["k"]) is None  # the first claim is a full one
+    at.claimed([Claimed(1, "k", b"{}", 1, 5 * S, None)])
+    clock[0] += front.FULL_S + 0.1
+    assert at.from_us(["k"]) is None  # FULL_S later: a full claim
+    at.holding(True)
+    clock[0] += front.FULL_S + 0.1
+    assert at.from_us(["k"]) == 5 * S - front.BEHIND_US  # held: from the front
+    at.woken(S)  # a wake-up for a row due before the front still asks for one
+    assert at.from_us(["k"]) is None
+    clock[0] += front.FULL_HELD_S - 1.0
+    assert at.from_us(["k"]) == 5 * S - front.BEHIND_US
+    clock[0] += 1.1
+    assert at.from_us(["k"]) is None  # FULL_HELD_S after the last
+    at.holding(False)
+    clock[0] += front.FULL_S + 0.1
+    assert at.from_us(["k"]) is None  # the hold has ended: FULL_S apart again
+
+
+async def test_the_hold_watch_tells_the_front_whether_a_hold_lasts() -> None:
+    """After each look that answers: held once something has held back the cleanup for the
+    watch's interval (a younger transaction is the traffic's own), not held otherwise; a look
+    that fails tells nothing."""
+    from nilo_job._worker import holdback
+    from nilo_job.store.contract import HeldBack
+
+    store = job.Memory()
+    answers: list[HeldBack | Exception | None] = [
+        None,
+        HeldBack(age_s=holdback.EVERY_S - 0.5, pid=8, state="active"),
+        HeldBack(age_s=holdback.EVERY_S, pid=7, state="idle in transaction"),
+        RuntimeError("gone"),
+        HeldBack(age_s=holdback.EVERY_S + 30, pid=7, state="idle in transaction"),
+        None,
+    ]
+
+    async def held_back() -> HeldBack | None:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    store.held_back = held_back  # type: ignore[method-assign]
+    told: list[bool] = []
+    watch = holdback.HoldWatch(store, "a store", held=told.append)
+    for _ in range(6):
+        await watch.look()
+    assert told == [False, False, True, True, False]

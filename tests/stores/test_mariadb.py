@@ -138,7 +138,8 @@ def test_a_socket_is_where_the_sentences_say_the_server_is() -> None:
         (
             "mariadb://app:Se1cret@db/shop?ssl=1",
             "job.Table('mariadb://app@db/shop?ssl=1'): 'ssl' is not an option a MariaDB/MySQL URL "
-            "takes here; it takes connect_timeout, ssl_ca, ssl_cert, ssl_key, ssl_mode, unix_socket",
+            "takes here; it takes connect_timeout, ssl_ca, ssl_cert, ssl_key, ssl_mode, "
+            "unix_socket",
         ),
         (
             "mysql://app:Se1cret@db/shop?connect_timeout=0",
