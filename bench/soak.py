@@ -479,6 +479,7 @@ class PgProbe:
         (checkpoints,), *_ = await self.rows(
             "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
         )
+        (wal_bytes, wal_fpi), *_ = await self.rows("SELECT wal_bytes, wal_fpi FROM pg_stat_wal")
         return {
             "queued_due": due,
             "oldest_due_s": (now_us - oldest) / 1e6 if oldest is not None else 0.0,
@@ -488,6 +489,8 @@ class PgProbe:
             "idle_in_transaction": idle_tx,
             "vacuuming": " ".join(name for (name,) in vacuuming),
             "checkpoints": checkpoints,
+            "wal_bytes": int(wal_bytes),
+            "wal_fpi": wal_fpi,
             **await self.sizes(),
         }
 

@@ -275,7 +275,11 @@ SELECT id, pg_notify('nilo_jobs', CAST(run_at AS text)) FROM pushed;
 -- name: claim
 -- Each row taken is answered with `held`: NULL when it was queued; when it was running under a
 -- lease that ran out, the worker that held it ('' when the row does not say), read before the
--- update (a CTE sees the table as the statement found it).
+-- update (a CTE sees the table as the statement found it). The rows picked are updated by
+-- `id = ANY` on the primary key, the one way this leaves the planner to find them: as a join
+-- with the picked rows, a plan made while the table's statistics said it was empty (a vacuum
+-- that found few live rows sets them so) walked the whole primary key for every row picked,
+-- seconds a claim once rows piled up, until the next analyze.
 WITH queued AS (
     SELECT id, run_at FROM nilo_jobs
     WHERE state = 'queued' AND run_at <= %(now)s AND kind = ANY(%(kinds)s::text[])
@@ -289,30 +293,38 @@ WITH queued AS (
         SELECT id, run_at, NULL::text AS held FROM queued
         UNION ALL SELECT id, run_at, held FROM expired) AS due
     ORDER BY run_at, id LIMIT %(limit)s
+), taken AS (
+    UPDATE nilo_jobs AS job
+    SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
+        started_at = %(now)s, worker = %(worker)s
+    WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING job.id, job.kind, job.payload::text AS payload, job.attempts, job.run_at,
+              job.unique_key, job.snoozes, job.trace
 )
-UPDATE nilo_jobs AS job
-SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
-    started_at = %(now)s, worker = %(worker)s
-FROM picked WHERE job.id = picked.id
-RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
-          job.snoozes, job.trace, picked.held;
+SELECT taken.id, taken.kind, taken.payload, taken.attempts, taken.run_at, taken.unique_key,
+       taken.snoozes, taken.trace, picked.held
+FROM taken JOIN picked ON picked.id = taken.id
+ORDER BY taken.run_at, taken.id;
 
 -- name: claim_from
 -- `claim` of the queued rows due from %(from)s on, and no running row: serve's claims read from
 -- where its last ones reached, not past the entries of rows claimed long before that cleanup
--- cannot remove while a transaction holds an old snapshot.
+-- cannot remove while a transaction holds an old snapshot. Updated by `id = ANY`, as `claim`.
 WITH picked AS (
     SELECT id FROM nilo_jobs
     WHERE state = 'queued' AND run_at >= %(from)s AND run_at <= %(now)s
       AND kind = ANY(%(kinds)s::text[])
     ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE nilo_jobs AS job
+    SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
+        started_at = %(now)s, worker = %(worker)s
+    WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING job.id, job.kind, job.payload::text AS payload, job.attempts, job.run_at,
+              job.unique_key, job.snoozes, job.trace
 )
-UPDATE nilo_jobs AS job
-SET state = 'running', lease_until = %(lease_until)s, attempts = job.attempts + 1,
-    started_at = %(now)s, worker = %(worker)s
-FROM picked WHERE job.id = picked.id
-RETURNING job.id, job.kind, job.payload::text, job.attempts, job.run_at, job.unique_key,
-          job.snoozes, job.trace, NULL::text;
+SELECT id, kind, payload, attempts, run_at, unique_key, snoozes, trace, NULL::text
+FROM taken ORDER BY run_at, id;
 
 -- name: lock_kind
 -- A claim of a kind with a concurrency limit takes this lock first, until its transaction ends:
