@@ -1,6 +1,7 @@
 """A/B of one push's latency: nilo-job at a git revision against the working tree, in one process.
 
-    .venv/bin/python bench/ab.py [--ref HEAD] [--url postgresql://…|sqlite] [--pushes 3000]
+    .venv/bin/python bench/ab.py [--ref HEAD] [--url postgresql://…|mariadb://…|sqlite]
+        [--pushes 3000]
 
 On a shared, noisy machine two throughput runs minutes apart differ by more than a change worth
 making. This script takes both versions into one process (the revision's `nilo_job/` from
@@ -9,8 +10,8 @@ jobs.push(value)` of one producer timed on its own, so that both see the same mo
 machine. It prints each version's median and mean latency (µs), the CPU time of the process per
 push (µs), and the ratio of medians (above 1: the working tree is faster).
 
-It makes a database of its own on PostgreSQL (`nilo_ab_<pid>`, dropped afterwards) or a fresh
-SQLite file, and both versions write to it, each through its own store.
+It makes a database of its own on PostgreSQL or MariaDB (`nilo_ab_<pid>`, dropped afterwards)
+or a fresh SQLite file, and both versions write to it, each through its own store.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def options(doc: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--url",
         default="postgresql://postgres@127.0.0.1:5432/test",
-        help="a PostgreSQL server (any database on it), or 'sqlite'",
+        help="a PostgreSQL or MariaDB server (any database on it), or 'sqlite'",
     )
     return parser
 
@@ -130,7 +131,13 @@ async def main() -> None:
             for push in subjects.values():
                 await push.store.close()  # type: ignore[attr-defined]
     base = statistics.median(latencies[args.ref])
-    store = "SQLite" if args.url == "sqlite" else "PostgreSQL"
+    store = (
+        "SQLite"
+        if args.url == "sqlite"
+        else "MariaDB"
+        if common.is_mysql(args.url)
+        else "PostgreSQL"
+    )
     print(f"{args.pushes:,} pushes of one producer each, alternated, on {store}")
     for name, values in latencies.items():
         median, mean = statistics.median(values), statistics.fmean(values)

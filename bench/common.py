@@ -103,14 +103,29 @@ def sqlite_path(url: str) -> str:
 def scratch_database(server: str, tag: str) -> Iterator[str]:
     """A fresh database for a script run by hand, gone afterwards: `server` is "sqlite" (a file
     in a temporary folder) or a `postgresql://` URL of any database on the server, beside which
-    `nilo_<tag>_<pid>` is made (psycopg is imported only then, so the peers' venv needs none)."""
+    `nilo_<tag>_<pid>` is made (psycopg is imported only then, so the peers' venv needs none),
+    or a `mariadb://` URL, the same beside it through PyMySQL."""
     if server == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             yield f"sqlite:///{folder}/{tag}.db"
         return
+    name = f"nilo_{tag}_{os.getpid()}"
+    base = server.split("?", 1)[0].rsplit("/", 1)[0] if server.count("/") > 2 else server
+    if is_mysql(server):
+        import pymysql
+
+        admin = pymysql.connect(**{**mysql_params(server), "database": None}, autocommit=True)
+        try:
+            with admin.cursor() as cur:
+                cur.execute(f"CREATE DATABASE {name}")
+            yield f"{base}/{name}"
+        finally:
+            with admin.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS {name}")
+            admin.close()
+        return
     import psycopg
 
-    name = f"nilo_{tag}_{os.getpid()}"
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     try:

@@ -113,7 +113,7 @@ async def main() -> None:
             found = await one_run(url, args.jobs, args.calls)
         gcs = ", ".join(f"gen {g}: {c} in {ms} ms" for g, (c, ms) in found["gc"].items())
         print(
-            f"run {n + 1}: {found['rate']:,.0f} jobs/s; {found['cpu_us_per_job']:.0f} µs of CPU a"
+            f"run {n + 1}: {found['rate']:,.0f} jobs/s; {found['cpu_us_per_job']:.1f} µs of CPU a"
             f" job ({found['cpu_share']:.0%} of the wall time); collections {gcs}; at most"
             f" {found['runs_without_their_end_most']} ends waiting to be written"
             + (f"; calls a job {found['calls_per_job']}" if args.calls else "")

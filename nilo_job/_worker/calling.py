@@ -2,11 +2,11 @@
 
 `arguments` answers each parameter of `run` after `self` from what the kind read of it: the tick,
 the tick's scope (`job.Run`), the queue itself, or a field of `deps`. An async run is awaited
-under `asyncio.timeout`; a sync run gets a daemon thread of its own (so the event loop never
-blocks, and a hung run cannot keep a stopping process alive) and runs in a copy of the caller's
-context (so a span made current around it is its parent). Python cannot stop a thread: a
-timed-out sync run is reported as `TimedOut` at once, and its `Execution` resolves only when the
-thread returns.
+until its deadline (`deadlines`), when its task is cancelled; a sync run gets a daemon thread of
+its own (so the event loop never blocks, and a hung run cannot keep a stopping process alive) and
+runs in a copy of the caller's context (so a span made current around it is its parent). Python
+cannot stop a thread: a timed-out sync run is reported as `TimedOut` at once, and its
+`Execution` resolves only when the thread returns.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from .._base.errors import TimedOut
 from .._base.values import Run, Tick
 from .._kinds.kind import Kind
+from . import deadlines
 
 log = logging.getLogger("nilo_job")
 
@@ -53,15 +54,20 @@ async def call_async(kind: Kind, value: object, kwargs: dict[str, Any], timeout_
         TimedOut: it ran longer.
     """
     coro = kind.cls.run(value, **kwargs)  # type: ignore[attr-defined]
+    deadline = deadlines.start(timeout_s)
     try:
-        async with asyncio.timeout(timeout_s) as scope:
-            return await coro
-    except TimeoutError:
-        if scope.expired():
+        returned = await coro
+    except asyncio.CancelledError:
+        if deadline.end():
             raise TimedOut(
                 f"{kind.name} ran longer than {timeout_s:g} s and was cancelled"
             ) from None
         raise
+    except BaseException:
+        deadline.end()
+        raise
+    deadline.end()
+    return returned
 
 
 class Execution:
