@@ -10,6 +10,8 @@ accepted for any kind name, since it is only a row in `nilo_jobs_paused`.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -138,7 +140,9 @@ def run_on(target: Target, work: Callable[[Target], Awaitable[T]], *, check: boo
 
     Raises:
         click.ClickException: the store cannot be reached, the table is missing or not
-            nilo-job's (`JobError`), or a call was refused (`Refusal`), with the sentence.
+            nilo-job's (`JobError`), a call was refused (`Refusal`), or the database refused a
+            statement (a read-only server, a privilege the user lacks, a trigger), with the
+            sentence.
     """
 
     async def run() -> T:
@@ -153,3 +157,25 @@ def run_on(target: Target, work: Callable[[Target], Awaitable[T]], *, check: boo
         return asyncio.run(run())
     except (JobError, Refusal) as error:
         raise click.ClickException(str(error)) from None
+    except driver_errors() as error:
+        raise click.ClickException(f"the database refused the command: {said(error)}") from None
+
+
+def driver_errors() -> tuple[type[Exception], ...]:
+    """The base classes of the errors the database drivers loaded in this process raise for a
+    statement the server refused (the stores raise those as the driver's own)."""
+    found: list[type[Exception]] = [sqlite3.Error]
+    for module, name in (("psycopg", "Error"), ("asyncmy.errors", "MySQLError")):
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            found.append(getattr(loaded, name))
+    return tuple(found)
+
+
+def said(error: Exception) -> str:
+    """What the server said in `error`, on one line: a MySQL error's text without its number
+    (`(1644, 'text')`), or the first line of the driver's message (PostgreSQL adds its context on
+    the lines after)."""
+    if len(error.args) == 2 and isinstance(error.args[0], int):
+        return str(error.args[1])
+    return str(error).strip().split("\n", 1)[0]

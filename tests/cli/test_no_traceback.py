@@ -4,6 +4,7 @@ not one of ours, a store that fails in the middle of an action; each gets a sent
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from click.testing import CliRunner, Result
 import nilo_job as job
 from nilo_job.cli import main
 from nilo_job.dashboard import dashboard_app
+from nilo_job.store.contract import NewRow
 from tests.helpers.dashboard import SECRET, client
 
 
@@ -145,3 +147,90 @@ async def test_a_store_that_fails_during_an_action_is_a_503_with_a_sentence() ->
         answer = await http.post(f"/rows/{row}/cancel", data={"csrf": token}, headers=origin)
     assert answer.status_code == 503
     assert answer.text == "the dashboard could not do that: the database went away"
+
+
+FREEZE = {
+    "sqlite": [
+        "CREATE TRIGGER frozen_update BEFORE UPDATE ON nilo_jobs "
+        "BEGIN SELECT RAISE(ABORT, 'frozen by the operator'); END",
+        "CREATE TRIGGER frozen_delete BEFORE DELETE ON nilo_jobs "
+        "BEGIN SELECT RAISE(ABORT, 'frozen by the operator'); END",
+    ],
+    "postgres": [
+        "CREATE FUNCTION frozen() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'frozen by the operator'; END $$",
+        "CREATE TRIGGER frozen BEFORE UPDATE OR DELETE ON nilo_jobs "
+        "FOR EACH ROW EXECUTE FUNCTION frozen()",
+    ],
+    "mariadb": [
+        f"CREATE TRIGGER frozen_{what} BEFORE {what.upper()} ON nilo_jobs FOR EACH ROW "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'frozen by the operator'"
+        for what in ("update", "delete")
+    ],
+}
+"""Triggers that make the server refuse every change to a row of `nilo_jobs`, on each store."""
+
+
+def _side_run(store: str, url: str, statements: list[str]) -> None:
+    """Run `statements` on the database at `url` through the store's driver, as its owner."""
+    if store == "sqlite":
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            for statement in statements:
+                conn.execute(statement)
+    elif store == "postgres":
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            for statement in statements:
+                pg.execute(statement)
+    else:
+        import pymysql
+
+        from nilo_job.store.mysql.connections import server_of
+
+        server = server_of(url)
+        maria = pymysql.connect(
+            host=server.host, port=server.port, user=server.user, password=server.password,
+            database=server.database, autocommit=True,
+        )  # fmt: skip
+        with contextlib.closing(maria), maria.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres", "mariadb"])
+def test_a_statement_the_database_refuses_is_a_sentence_and_changes_nothing(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if store == "sqlite":
+        url = f"sqlite:///{tmp_path}/q.db"
+        assert nilo_job("migrate", url).exit_code == 0
+    else:
+        url = request.getfixturevalue("pg_url" if store == "postgres" else "mariadb_url")
+
+    async def push() -> int:
+        table = job.Table(url)
+        try:
+            (row,) = await table.push([NewRow("mail", b'{"to":"a@example.com"}', 0)])
+        finally:
+            await table.close()
+        assert row is not None
+        return row
+
+    async def state(row: int) -> str | None:
+        table = job.Table(url)
+        try:
+            found = await table.row(row)
+        finally:
+            await table.close()
+        return None if found is None else found.state
+
+    row = asyncio.run(push())
+    _side_run(store, url, FREEZE[store])
+    for args in (["cancel", url, str(row)], ["cancel", url, "--all"]):
+        answer = nilo_job(*args)
+        assert (answer.exit_code, answer.output) == (
+            1,
+            "Error: the database refused the command: frozen by the operator\n",
+        ), args
+    assert asyncio.run(state(row)) == "queued"
