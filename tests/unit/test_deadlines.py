@@ -87,7 +87,7 @@ async def test_a_run_that_swallows_its_cut_and_returns_leaves_its_task_as_it_was
 async def test_the_heap_of_one_loop_holds_about_twice_the_runs_in_flight() -> None:
     # One long run stays in flight while 10,000 short ones start and end behind it.
     long = deadlines.start(30.0)
-    line = deadlines._lines[asyncio.get_running_loop()]
+    line = deadlines._lines[id(asyncio.get_running_loop())]
     for _ in range(10_000):
         deadlines.start(30.0).end()
         assert len(line.heap) <= 2 * line.live + deadlines._SLACK + 1
@@ -112,11 +112,47 @@ def test_each_event_loop_cuts_its_own_runs() -> None:
     assert outcomes == {"cut": (True, True), "done": (False, False)}
 
 
-def test_a_closed_loop_is_not_kept_alive_by_its_deadlines() -> None:
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(_run(30.0, 0))  # its timer, left armed, goes with the loop
-    loop.close()
-    gone = weakref.ref(loop)
-    del loop
+async def test_a_loop_holds_one_timer_of_the_deadlines_whatever_the_timeouts() -> None:
+    # Ten-year deadlines and 5-ms ones in turn, each run returning at once: every short one
+    # takes the timer's place, and the long one's timer goes (a timer left for each long one
+    # would stay in the loop for ten years).
+    loop = asyncio.get_running_loop()
+    for _ in range(200):
+        assert (await _run(315_360_000.0, 0))[:2] == (False, False)
+        assert (await _run(0.005, 0))[:2] == (False, False)
+    line = deadlines._lines[id(loop)]
+    scheduled = loop._scheduled  # type: ignore[attr-defined]
+    ours = [h for h in scheduled if not h.cancelled() and h._callback == line._fire]
+    assert len(ours) == 1
+
+
+async def test_an_ended_run_s_task_is_not_kept() -> None:
+    long = deadlines.start(30.0)  # in flight all along: the ended ones stay in the heap
+    ended: list[weakref.ref[asyncio.Task[object]]] = []
+    for _ in range(10):
+        task = asyncio.create_task(_run(30.0, 0))
+        await task
+        ended.append(weakref.ref(task))
+        del task
+    await asyncio.sleep(0)  # (the loop lets go of the last one's callbacks)
     gc.collect()
-    assert gone() is None
+    assert [ref() for ref in ended] == [None] * 10
+    assert long.end() is False
+
+
+def test_a_closed_loop_is_let_go_once_another_loop_sets_a_deadline() -> None:
+    gone = []
+    for in_flight in (False, True):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_run(30.0, 0))  # its timer, left armed
+        if in_flight:  # and a run still waiting when the loop closes
+            loop.run_until_complete(asyncio.sleep(0))
+            hung = loop.create_task(_run(30.0, 3600.0))
+            loop.run_until_complete(asyncio.sleep(0.001))
+            del hung
+        loop.close()
+        gone.append(weakref.ref(loop))
+        del loop
+    asyncio.run(_run(30.0, 0))  # another loop's first deadline
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
