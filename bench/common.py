@@ -110,6 +110,7 @@ def scratch_database(server: str, tag: str) -> Iterator[str]:
             yield f"sqlite:///{folder}/{tag}.db"
         return
     name = f"nilo_{tag}_{os.getpid()}"
+    # The server's URL without its database, if it names one: the scratch database goes there.
     base = server.split("?", 1)[0].rsplit("/", 1)[0] if server.count("/") > 2 else server
     if is_mysql(server):
         import pymysql
@@ -129,7 +130,7 @@ def scratch_database(server: str, tag: str) -> Iterator[str]:
     with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     try:
-        yield server.rsplit("/", 1)[0] + "/" + name
+        yield f"{base}/{name}"
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

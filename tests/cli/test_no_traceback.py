@@ -18,6 +18,7 @@ from nilo_job.cli import main
 from nilo_job.dashboard import dashboard_app
 from nilo_job.store.contract import NewRow
 from tests.helpers.dashboard import SECRET, client
+from tests.helpers.mariadb import connect
 
 
 def nilo_job(*args: str) -> Result:
@@ -184,15 +185,7 @@ def _side_run(store: str, url: str, statements: list[str]) -> None:
             for statement in statements:
                 pg.execute(statement)
     else:
-        import pymysql
-
-        from nilo_job.store.mysql.connections import server_of
-
-        server = server_of(url)
-        maria = pymysql.connect(
-            host=server.host, port=server.port, user=server.user, password=server.password,
-            database=server.database, autocommit=True,
-        )  # fmt: skip
+        maria = connect(url)
         with contextlib.closing(maria), maria.cursor() as cur:
             for statement in statements:
                 cur.execute(statement)

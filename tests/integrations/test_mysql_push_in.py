@@ -24,6 +24,7 @@ import pytest
 
 import nilo_job as job
 from tests.helpers import ROOT
+from tests.helpers.mariadb import connect
 
 pymysql = pytest.importorskip("pymysql")
 pytest.importorskip("asyncmy")
@@ -32,8 +33,6 @@ pytest.importorskip("sqlalchemy")
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
-
-from nilo_job.store.mysql.connections import server_of  # noqa: E402
 
 ran: list[int] = []
 
@@ -52,11 +51,7 @@ class Welcome:
 @contextlib.contextmanager
 def side(url: str) -> Iterator[Any]:
     """A PyMySQL connection of the test's own to the database at `url`, in autocommit."""
-    server = server_of(url)
-    conn = pymysql.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password,
-        database=server.database, autocommit=True,
-    )  # fmt: skip
+    conn = connect(url)
     try:
         yield conn
     finally:

@@ -32,6 +32,7 @@ import nilo_job as job
 from nilo_job._worker import ends
 from nilo_job._worker import feed as feed_module
 from nilo_job.store.contract import Claimed, End, Store
+from tests.helpers.mariadb import connect
 from tests.helpers.serving import until, until_idle
 
 ROWS = 50
@@ -88,15 +89,7 @@ class _Side:
     psycopg's do."""
 
     def __init__(self, url: str) -> None:
-        import pymysql
-
-        from nilo_job.store.mysql.connections import server_of
-
-        server = server_of(url)
-        self.conn = pymysql.connect(
-            host=server.host, port=server.port, user=server.user, password=server.password,
-            database=server.database, autocommit=True,
-        )  # fmt: skip
+        self.conn = connect(url)
 
     def execute(self, statement: str) -> Any:
         cursor = self.conn.cursor()
