@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._base import deadlines
 from .._base.errors import TimedOut
 from .._base.values import Run, Tick
 from .._kinds.kind import Kind
-from . import deadlines
 
 log = logging.getLogger("nilo_job")
 

@@ -367,6 +367,69 @@ async def test_a_call_not_answered_within_answer_ms_is_a_store_error_naming_it(
         await table.close()
 
 
+async def _until_a_lock_wait(url: str) -> None:
+    """Until a transaction of the server waits for a row's lock (within 5 s)."""
+    async with side(url) as looker, looker.cursor() as cur:
+        for _ in range(500):
+            await cur.execute(
+                "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+            )
+            if (await cur.fetchone())[0]:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("no call waited for the lock")
+
+
+async def test_a_call_cancelled_from_outside_is_a_cancel_and_the_store_goes_on(
+    mariadb_url: str,
+) -> None:
+    # A stop lands on a call that waits for a row's lock, well inside answer_ms: the caller
+    # sees the cancellation itself (not a store error), and the store's next call is answered.
+    table = job.Table(mariadb_url, answer_ms=5_000)
+    try:
+        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
+        assert row is not None
+        async with side(mariadb_url, autocommit=False) as holder, holder.cursor() as cur:
+            await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+            waiting = asyncio.ensure_future(table.cancel(row))
+            await _until_a_lock_wait(mariadb_url)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await holder.rollback()
+        (other,) = await table.push([NewRow("welcome", b'{"user_id":2}', 0)])
+        assert other is not None
+        assert await table.row(other) is not None
+    finally:
+        await table.close()
+
+
+async def test_a_call_waits_for_a_free_connection_within_the_connect_timeout(
+    mariadb_url: str,
+) -> None:
+    # Every connection of the store is held by a call that waits for a lock: the next call
+    # waits for one to come free, for the URL's connect_timeout at most, and says so.
+    table = job.Table(f"{mariadb_url}?connect_timeout=1", max_size=1, answer_ms=5_000)
+    try:
+        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
+        assert row is not None
+        async with side(mariadb_url, autocommit=False) as holder, holder.cursor() as cur:
+            await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+            blocked = asyncio.ensure_future(table.cancel(row))  # holds the one connection
+            await _until_a_lock_wait(mariadb_url)
+            with pytest.raises(job.StoreUnavailable) as full:
+                await table.row(row)
+            assert str(full.value) == (
+                f"MariaDB at {table.server.where}: no connection of the store's 1 came free "  # type: ignore[attr-defined]
+                "within 1 s"
+            )
+            await holder.rollback()
+            assert await blocked is True  # the held call went on, and cancelled the row
+        assert await table.row(row) is None
+    finally:
+        await table.close()
+
+
 @pytest.mark.parametrize(
     ("given", "bound_ms"),
     [({}, 30_015), ({"answer_ms": 100}, 315), ({"answer_ms": 20_000}, 60_015)],

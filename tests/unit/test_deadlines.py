@@ -12,7 +12,7 @@ import gc
 import threading
 import weakref
 
-from nilo_job._worker import deadlines
+from nilo_job._base import deadlines
 
 
 async def _run(timeout_s: float, waits_s: float) -> tuple[bool, bool, float]:

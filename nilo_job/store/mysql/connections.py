@@ -10,13 +10,15 @@ call that needs a transaction opens one (`run(..., transaction=True)`) and commi
 connection goes back. After a fork the parent's
 connections are left to it: the child opens its own.
 
-Every wait on the server is bounded: a connection within the URL's `connect_timeout` (10 s
-when it has none), a call's answer within `answer_ms` (then its connection is closed and the call
-raises `StoreUnavailable` naming it). A connection that sat idle for a while is pinged before it
-is used, so that one the server dropped (its `wait_timeout`, a restart) is replaced instead of
-failing the call. A deadlock, which the server ends by undoing one transaction whole, is tried
-again twice before it is a `StoreUnavailable`, each try within `answer_ms`: the longest a call
-waits for its answers is `bound_ms`.
+Every wait on the server is bounded: a connection, and a free one when all `max_size` are in
+use, within the URL's `connect_timeout` (10 s when it has none), a call's answer within
+`answer_ms` (a deadline on the event loop's one timer, `_base.deadlines`: at it, the call is
+cancelled, its connection is closed and the call raises `StoreUnavailable` naming it). A
+connection that sat idle for a while is pinged before it is used, so that one the server dropped
+(its `wait_timeout`, a restart) is replaced instead of failing the call. A deadlock, which the
+server ends by undoing one transaction whole, is tried again twice before it is a
+`StoreUnavailable`, each try within `answer_ms`: the longest a call waits for its answers is
+`bound_ms`.
 
 The server's errors are told apart by their numbers (`refused`). Those that mean it cannot be
 reached, is going away or ended the session (`GONE`), is short of something for now (`BUSY`),
@@ -45,6 +47,7 @@ from asyncmy.constants import CLIENT
 from asyncmy.cursors import Cursor
 from asyncmy.errors import IntegrityError, MySQLError, NotSupportedError, ProgrammingError
 
+from ..._base import deadlines
 from ..._base.errors import Refusal, StoreUnavailable
 from .. import _schema
 from .._target import raw_in_userinfo, scrubbed, shown
@@ -420,7 +423,10 @@ class Connections:
                 could be opened.
         """
         try:
-            async with asyncio.timeout(self.server.connect_timeout):
+            if pool.slots.locked():  # (a free slot is taken at once)
+                async with asyncio.timeout(self.server.connect_timeout):
+                    await pool.slots.acquire()
+            else:
                 await pool.slots.acquire()
         except TimeoutError:
             raise StoreUnavailable(
@@ -494,27 +500,30 @@ class Connections:
         pool = self._pool()
         conn = await self._take(pool)
         healthy = False
+        deadline = deadlines.start(self.bound_s) if bounded else None
         try:
-            async with asyncio.timeout(self.bound_s if bounded else None):
-                async with conn.cursor() as cur:
-                    if not transaction:
+            async with conn.cursor() as cur:
+                if not transaction:
+                    found = await fn(cur)
+                else:
+                    await conn.begin()
+                    try:
                         found = await fn(cur)
-                    else:
-                        await conn.begin()
-                        try:
-                            found = await fn(cur)
-                            await conn.commit()
-                        except MySQLError as error:
-                            if not _lost(error):
-                                await conn.rollback()
-                            raise
+                        await conn.commit()
+                    except MySQLError as error:
+                        if not _lost(error):
+                            await conn.rollback()
+                        raise
             healthy = True
             return found
-        except TimeoutError as error:
-            raise StoreUnavailable(
-                f"{self.server.flavor} at {self.where} did not answer {what} within "
-                f"{self.bound_s:g} s; its connection was closed"
-            ) from error
+        except asyncio.CancelledError:
+            expired, deadline = deadline is not None and deadline.end(), None
+            if expired:
+                raise StoreUnavailable(
+                    f"{self.server.flavor} at {self.where} did not answer {what} within "
+                    f"{self.bound_s:g} s; its connection was closed"
+                ) from None
+            raise
         except MySQLError as error:
             # A statement the server refused leaves its connection as it was. A connection lost
             # (a restart, a KILL, a network cut) has likely taken the idle ones with it: they
@@ -527,6 +536,8 @@ class Connections:
             pool.close_idle()
             raise
         finally:
+            if deadline is not None:
+                deadline.end()
             self._give(pool, conn, healthy)
 
     async def close(self) -> None:

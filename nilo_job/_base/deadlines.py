@@ -1,19 +1,20 @@
-"""Run deadlines: the timeouts of every async run of an event loop, behind one timer of that loop.
+"""Deadlines: the timeouts of an event loop's bounded waits, behind one timer of that loop.
 
-An async run is awaited within its kind's timeout. `start(timeout_s)`, called in the run's own
-task, sets its deadline; `Deadline.end()`, called once the run returned or raised, takes it back.
-A run still going at its deadline has its task cancelled, as `asyncio.timeout` would, and its
-`end()` then answers True: the cancellation was the deadline's own (not serve's stop, nor the
-run's own raise), and the caller reports the run as timed out.
+A bounded wait (an async run within its kind's timeout, a MariaDB store's call within its
+`answer_ms`) sets its deadline with `start(timeout_s)`, in the waiting task, and takes it back
+with `Deadline.end()` once the wait returned or raised. A wait still going at its deadline has
+its task cancelled, as `asyncio.timeout` would, and its `end()` then answers True: the
+cancellation was the deadline's own (not a stop, nor the wait's own raise), and the caller
+reports a timeout.
 
 The deadlines of a loop wait in a heap ordered by time, and the loop holds one timer, armed for
-the earliest of them, instead of a timer and a cancel scope for every run: a run that ends
+the earliest of them, instead of a timer and a cancel scope for every wait: a wait that ends
 before the timer fires costs the timer nothing (left armed, it fires once and finds nothing). A
 timer is cancelled only when one for an earlier deadline replaces it, so a loop holds one timer
 of this module at a time. A deadline that ended stays in the heap until it comes first, or until
 ended ones are more than half of the heap (then the heap is rebuilt from the live ones), so the
-heap holds at most about twice the runs in flight, and it is emptied when none is. A deadline
-holds its task weakly, so that neither an ended run nor one on a loop that closed is kept. The
+heap holds at most about twice the waits in flight, and it is emptied when none is. A deadline
+holds its task weakly, so that neither an ended wait nor one on a loop that closed is kept. The
 deadlines of a closed loop, and its timer, are let go when the next loop sets its first one.
 """
 
@@ -29,7 +30,7 @@ _SLACK = 64
 
 
 class Deadline:
-    """One run's deadline (`start`): its task is cancelled at `when` (the loop's clock, s) unless
+    """One wait's deadline (`start`): its task is cancelled at `when` (the loop's clock, s) unless
     `end()` was called first."""
 
     __slots__ = ("cancelling", "ended", "expired", "line", "task", "when")
@@ -37,14 +38,14 @@ class Deadline:
     def __init__(self, line: _Line, task: asyncio.Task[object], when: float) -> None:
         self.line, self.when = line, when
         self.task = weakref.ref(task)
-        self.cancelling = task.cancelling()  # cancel requests made before the run began
+        self.cancelling = task.cancelling()  # cancel requests made before the wait began
         self.expired = False
         self.ended = False
 
     def end(self) -> bool:
-        """Take the deadline back, once the run returned or raised (in the run's task); True
-        when the deadline expired and cancelled the run, and no other cancellation of its task
-        is pending (the run timed out). Call it exactly once."""
+        """Take the deadline back, once the wait returned or raised (in its task); True when
+        the deadline expired and cancelled the task, and no other cancellation of it is pending
+        (the wait timed out). Call it exactly once."""
         self.ended = True
         self.line.ended()
         task = self.task()
@@ -71,7 +72,7 @@ class _Line:
     def start(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> Deadline:
         task = asyncio.current_task(loop)
         if task is None:
-            raise RuntimeError("a run's deadline is set from within its task")
+            raise RuntimeError("a deadline is set from within the task it cancels")
         deadline = Deadline(self, task, loop.time() + timeout_s)
         heapq.heappush(self.heap, (deadline.when, next(self.order), deadline))
         self.live += 1
@@ -115,8 +116,8 @@ another sets its first deadline: its timer holds it)."""
 
 
 def start(timeout_s: float) -> Deadline:
-    """Set the deadline of the run awaited in the current task: `timeout_s` seconds from now on
-    the running loop's clock. Call `end()` on the answer once the run returned or raised.
+    """Set the deadline of the wait in the current task: `timeout_s` seconds from now on the
+    running loop's clock. Call `end()` on the answer once the wait returned or raised.
 
     Raises:
         RuntimeError: no event loop is running, or no task is current.
