@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
+import subprocess
+import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner, Result
@@ -227,3 +232,85 @@ def test_a_statement_the_database_refuses_is_a_sentence_and_changes_nothing(
             "Error: the database refused the command: frozen by the operator\n",
         ), args
     assert asyncio.run(state(row)) == "queued"
+
+
+NOT_READ_APP = """
+import os
+from dataclasses import dataclass
+
+import nilo_job as job
+
+
+@dataclass
+class Mail:
+    nilo_job = "mail"
+    aliases = ("post",)
+    retry = job.Retry.NONE
+
+    def run(self) -> None:
+        pass
+
+
+jobs = job.Jobs(kinds=[Mail], store=job.Table(os.environ["NOT_READ_URL"]))
+"""
+
+NOT_READ = {
+    "postgres": "permission denied for table nilo_jobs",
+    "mariadb": "SELECT command denied to user '{user}'@'127.0.0.1' for table `{db}`.`nilo_jobs`",
+}
+"""What each server says to a user who may read `nilo_jobs_version` but not `nilo_jobs`."""
+
+
+@pytest.mark.parametrize("store", ["postgres", "mariadb"])
+def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """information_schema hides the columns of a table the user may not read, which looked like
+    no table at all ("create it with nilo-job migrate"): `worker`, `ready` and `check` say the
+    server's refusal instead, without a traceback. (SQLite has no users.)"""
+    url = request.getfixturevalue("pg_url" if store == "postgres" else "mariadb_url")
+    user = f"nilo_nr_{uuid.uuid4().hex[:8]}"
+    parts = urlsplit(url)
+    as_user = parts._replace(netloc=f"{user}@{parts.hostname}:{parts.port}").geturl()
+    database = parts.path.lstrip("/")
+    if store == "postgres":
+        grant = [f"CREATE ROLE {user} LOGIN", f"GRANT SELECT ON nilo_jobs_version TO {user}"]
+        revoke = [f"DROP OWNED BY {user}", f"DROP ROLE {user}"]
+    else:
+        grant = [
+            f"CREATE USER '{user}'@'%'",
+            f"GRANT SELECT ON {database}.nilo_jobs_version TO '{user}'@'%'",
+        ]
+        revoke = [f"DROP USER '{user}'@'%'"]
+    _side_run(store, url, grant)
+    try:
+        (tmp_path / "not_read_app.py").write_text(NOT_READ_APP)
+
+        def run(command: str) -> tuple[int, str, str]:
+            done = subprocess.run(
+                [sys.executable, "-m", "nilo_job", command, "not_read_app:jobs"],
+                cwd=tmp_path,
+                env={**os.environ, "NOT_READ_URL": as_user, "NILO_JOB_LOOP": "asyncio"},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            lines = [line for line in done.stderr.splitlines() if "event loop:" not in line]
+            return done.returncode, done.stdout, "\n".join(lines)
+
+        refusal = NOT_READ[store].format(user=user, db=database)
+        assert run("worker") == (1, "", f"Error: the database refused the worker: {refusal}")
+        assert run("ready") == (
+            1,
+            "",
+            f"Error: not_read_app:jobs is not ready: the database refused it: {refusal}",
+        )
+        assert run("check") == (
+            0,
+            "ok: 1 kind (mail), lease 61000 ms\n",
+            f"the table was not read (the database refused it: {refusal}): rows of old names "
+            "are not counted",
+        )
+    finally:
+        _side_run(store, url, revoke)

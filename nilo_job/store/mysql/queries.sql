@@ -137,6 +137,12 @@ SELECT RELEASE_LOCK(CONCAT('nilo_jobs:', SHA1(CONCAT('migrate ', DATABASE()))));
 SELECT column_name FROM information_schema.columns
 WHERE table_schema = DATABASE() AND table_name = 'nilo_jobs';
 
+-- name: readable
+-- A read of nilo_jobs that reads no row: where information_schema shows none of its columns, it
+-- tells a missing table (ER_NO_SUCH_TABLE) from one this user may not read (the server's
+-- refusal, which information_schema does not give: it hides such a table's columns).
+SELECT 1 FROM nilo_jobs LIMIT 0;
+
 -- name: tables
 -- The tables beside nilo_jobs that the database has.
 SELECT table_name FROM information_schema.tables

@@ -77,7 +77,7 @@ from ..contract import (
     check_state,
     limited,
 )
-from .connections import Connections, code_of, is_dup, server_of
+from .connections import NO_TABLE, Connections, code_of, is_dup, server_of
 from .statements import (
     SQL,
     claim_params,
@@ -851,9 +851,19 @@ def _statements(script: str) -> list[str]:
 
 async def _read_schema(cur: Cursor) -> tuple[set[str], _schema.Recorded, set[str]]:
     """The columns of `nilo_jobs`, what `nilo_jobs_version` records (None: no record), and the
-    tables beside it that the database has."""
+    tables beside it that the database has.
+
+    Raises:
+        MySQLError: the server refused a read (a user without the privilege to read a table).
+    """
     await cur.execute(SQL["columns"], ())
     columns = {str(r[0]) for r in await cur.fetchall()}
+    if not columns:  # no table, or one this user may not read: the server's refusal is raised
+        try:
+            await cur.execute(SQL["readable"], ())
+        except MySQLError as error:
+            if code_of(error) != NO_TABLE:
+                raise
     await cur.execute(SQL["tables"], ())
     tables = {str(r[0]) for r in await cur.fetchall()} & _schema.SIDE_TABLES
     recorded: _schema.Recorded = None

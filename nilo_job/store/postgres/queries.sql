@@ -215,6 +215,12 @@ INSERT INTO nilo_jobs_version (version, compatible_from) VALUES (%s, %s);
 SELECT column_name FROM information_schema.columns
 WHERE table_name = 'nilo_jobs' AND table_schema = current_schema();
 
+-- name: readable
+-- A read of nilo_jobs that reads no row, for a table information_schema shows no column of
+-- although it exists: one this user may not read, whose columns it hides. The server's refusal
+-- says so, where "no table" would not.
+SELECT 1 FROM nilo_jobs LIMIT 0;
+
 -- name: now
 SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 

@@ -24,9 +24,18 @@ tables beside it (`_schema.SIDE_TABLES`) exist."""
 
 
 async def read_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
-    """The table's columns, its version record and the tables beside it (`Schema`)."""
+    """The table's columns, its version record and the tables beside it (`Schema`).
+
+    Raises:
+        psycopg.Error: the server refused a read (a user without the privilege to read a
+            table).
+    """
     cur = await conn.execute(SQL["columns"])
     columns = {row[0] for row in await cur.fetchall()}
+    if not columns:  # no table, or one this user may not read: the server's refusal is raised
+        cur = await conn.execute(SQL["tables"], (["nilo_jobs"],))
+        if await cur.fetchone() is not None:
+            await conn.execute(SQL["readable"])
     cur = await conn.execute(SQL["tables"], (sorted(_schema.SIDE_TABLES),))
     tables = {row[0] for row in await cur.fetchall()}
     if "nilo_jobs_version" not in tables:
