@@ -111,6 +111,15 @@ def no_table(where: str, target: str) -> StoreUnavailable:
     )
 
 
+def not_readable(where: str, said: str) -> StoreUnavailable:
+    """The error for a user the database does not let read the queue's tables (`said`: the
+    server's words)."""
+    return StoreUnavailable(
+        f"the queue's tables in {where} may not be read by this user ({said}): grant it SELECT, "
+        "INSERT, UPDATE and DELETE on nilo_jobs and the tables beside it"
+    )
+
+
 def no_file(path: str, target: str) -> StoreUnavailable:
     """The error for a SQLite file that does not exist (it is not created but by a migration)."""
     return StoreUnavailable(

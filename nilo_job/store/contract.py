@@ -459,7 +459,8 @@ class Store(Protocol):
         """Answer when the table exists with the columns this version writes.
 
         Raises:
-            StoreUnavailable: the table is missing or is not nilo-job's, with a sentence saying so.
+            StoreUnavailable: the table is missing or is not nilo-job's, or the user may not read
+                it, with a sentence saying so.
         """
 
     async def push(self, rows: Sequence[NewRow]) -> list[int | None]:

@@ -70,6 +70,9 @@ DEADLOCK = 1213
 """ER_LOCK_DEADLOCK: the server undid this transaction whole; it may be made again."""
 NO_TABLE = 1146
 """ER_NO_SUCH_TABLE."""
+DENIED = frozenset({1142, 1143})
+"""The user lacks a privilege on a table or a column (ER_TABLEACCESS_DENIED_ERROR,
+ER_COLUMNACCESS_DENIED_ERROR)."""
 LOGIN = {1044, 1045, 1698}
 """The server refused the login (ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, and
 ER_ACCESS_DENIED_NO_PASSWORD_ERROR)."""
@@ -500,8 +503,10 @@ class Connections:
         pool = self._pool()
         conn = await self._take(pool)
         healthy = False
-        deadline = deadlines.start(self.bound_s) if bounded else None
+        deadline = None
         try:
+            if bounded:
+                deadline = deadlines.start(self.bound_s)
             async with conn.cursor() as cur:
                 if not transaction:
                     found = await fn(cur)

@@ -138,9 +138,10 @@ SELECT column_name FROM information_schema.columns
 WHERE table_schema = DATABASE() AND table_name = 'nilo_jobs';
 
 -- name: readable
--- A read of nilo_jobs that reads no row: where information_schema shows none of its columns, it
--- tells a missing table (ER_NO_SUCH_TABLE) from one this user may not read (the server's
--- refusal, which information_schema does not give: it hides such a table's columns).
+-- A read of nilo_jobs that reads no row, for a check that found none of its columns in
+-- information_schema, which hides the columns of a table the user may not read: the server
+-- then refuses it (ER_TABLEACCESS_DENIED_ERROR, whether the table exists or not: the privilege
+-- is checked first), else it says there is no such table.
 SELECT 1 FROM nilo_jobs LIMIT 0;
 
 -- name: tables

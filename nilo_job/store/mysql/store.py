@@ -77,7 +77,7 @@ from ..contract import (
     check_state,
     limited,
 )
-from .connections import NO_TABLE, Connections, code_of, is_dup, server_of
+from .connections import DENIED, NO_TABLE, Connections, code_of, is_dup, server_of
 from .statements import (
     SQL,
     claim_params,
@@ -313,7 +313,15 @@ class MysqlTable:
         return SQL["create"].replace("utf8mb4_nopad_bin", MYSQL_COLLATION)
 
     async def check(self) -> None:
-        columns, recorded, tables = await self._db.run(_read_schema, "the check of the table")
+        async def read(cur: Cursor) -> tuple[set[str], _schema.Recorded, set[str]]:
+            return await _read_schema(cur, probe=True)
+
+        try:
+            columns, recorded, tables = await self._db.run(read, "the check of the table")
+        except MySQLError as error:
+            if code_of(error) not in DENIED:
+                raise
+            raise _schema.not_readable(self._where(), str(error.args[-1])) from error
         _schema.check(self._where(), self._target(), columns, recorded, tables)
 
     # ---------------------------------------------------------------------------------- rows
@@ -849,16 +857,21 @@ def _statements(script: str) -> list[str]:
     return [statement for statement in script.split(";") if statement.strip()]
 
 
-async def _read_schema(cur: Cursor) -> tuple[set[str], _schema.Recorded, set[str]]:
+async def _read_schema(
+    cur: Cursor, probe: bool = False
+) -> tuple[set[str], _schema.Recorded, set[str]]:
     """The columns of `nilo_jobs`, what `nilo_jobs_version` records (None: no record), and the
     tables beside it that the database has.
 
+    With `probe` (a check), a table whose columns information_schema hides is read, so that
+    the server says why (a user without the privilege to read it).
+
     Raises:
-        MySQLError: the server refused a read (a user without the privilege to read a table).
+        MySQLError: the server refused a read (with `probe`: the user may not read nilo_jobs).
     """
     await cur.execute(SQL["columns"], ())
     columns = {str(r[0]) for r in await cur.fetchall()}
-    if not columns:  # no table, or one this user may not read: the server's refusal is raised
+    if not columns and probe:
         try:
             await cur.execute(SQL["readable"], ())
         except MySQLError as error:

@@ -216,9 +216,9 @@ SELECT column_name FROM information_schema.columns
 WHERE table_name = 'nilo_jobs' AND table_schema = current_schema();
 
 -- name: readable
--- A read of nilo_jobs that reads no row, for a table information_schema shows no column of
--- although it exists: one this user may not read, whose columns it hides. The server's refusal
--- says so, where "no table" would not.
+-- A read of nilo_jobs that reads no row, for a table the statements find (`tables`) but whose
+-- columns information_schema hides: one this user may not read. The server's refusal says so,
+-- where "no table" would not.
 SELECT 1 FROM nilo_jobs LIMIT 0;
 
 -- name: now

@@ -24,18 +24,9 @@ tables beside it (`_schema.SIDE_TABLES`) exist."""
 
 
 async def read_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
-    """The table's columns, its version record and the tables beside it (`Schema`).
-
-    Raises:
-        psycopg.Error: the server refused a read (a user without the privilege to read a
-            table).
-    """
+    """The table's columns, its version record and the tables beside it (`Schema`)."""
     cur = await conn.execute(SQL["columns"])
     columns = {row[0] for row in await cur.fetchall()}
-    if not columns:  # no table, or one this user may not read: the server's refusal is raised
-        cur = await conn.execute(SQL["tables"], (["nilo_jobs"],))
-        if await cur.fetchone() is not None:
-            await conn.execute(SQL["readable"])
     cur = await conn.execute(SQL["tables"], (sorted(_schema.SIDE_TABLES),))
     tables = {row[0] for row in await cur.fetchall()}
     if "nilo_jobs_version" not in tables:
@@ -45,6 +36,22 @@ async def read_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
     if found is None or found[0] is None or found[1] is None:
         return columns, None, tables
     return columns, (int(found[0]), int(found[1])), tables
+
+
+async def check_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
+    """`read_schema`, for a check: where information_schema shows no column of the table while
+    the statements find one (information_schema hides the columns of a table the user may not
+    read), the table is read, so that the server says why.
+
+    Raises:
+        psycopg.errors.InsufficientPrivilege: the user may not read a table of the queue's.
+    """
+    schema = await read_schema(conn)
+    if not schema[0]:
+        cur = await conn.execute(SQL["tables"], (["nilo_jobs"],))
+        if await cur.fetchone() is not None:
+            await conn.execute(SQL["readable"])
+    return schema
 
 
 async def upgrade(conn: psycopg.AsyncConnection[Any], where: str) -> None:

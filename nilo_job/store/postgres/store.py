@@ -65,7 +65,7 @@ from .connections import Connections, where
 from .listen import listen
 from .pooler import check_pool, read_pooler
 from .rebuild import rebuild_swollen
-from .schema import read_schema, upgrade
+from .schema import check_schema, upgrade
 from .statements import (
     SQL,
     delete_done,
@@ -222,9 +222,13 @@ class PostgresTable:
         )
 
     async def check(self) -> None:
-        columns, recorded, tables = await self._connections.run(
-            read_schema, "the check of the table", transaction=False
-        )
+        try:
+            columns, recorded, tables = await self._connections.run(
+                check_schema, "the check of the table", transaction=False
+            )
+        except psycopg.errors.InsufficientPrivilege as error:
+            said = str(error).strip().split("\n", 1)[0]
+            raise _schema.not_readable(repr(self), said) from error
         _schema.check(repr(self), self._target(), columns, recorded, tables)
 
     def _target(self) -> str:
