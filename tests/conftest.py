@@ -89,21 +89,11 @@ def _mariadb(*statements: str, database: str | None = None) -> None:
     a thread with a loop of its own (a fixture may be asked for from inside a running loop)."""
 
     async def run() -> None:
-        import asyncmy
+        from tests.helpers.mariadb import side
 
-        from nilo_job.store.mysql.connections import server_of
-
-        server = server_of(f"{MARIADB_SERVER}/{database or 'mysql'}")
-        conn = await asyncmy.connect(
-            host=server.host, port=server.port, user=server.user, password=server.password,
-            database=database, autocommit=True, connect_timeout=3,
-        )  # fmt: skip
-        try:
-            async with conn.cursor() as cur:
-                for statement in statements:
-                    await cur.execute(statement, ())
-        finally:
-            conn.close()
+        async with side(f"{MARIADB_SERVER}/{database or 'mysql'}") as conn, conn.cursor() as cur:
+            for statement in statements:
+                await cur.execute(statement, ())
 
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         thread.submit(asyncio.run, run()).result()

@@ -149,31 +149,9 @@ def test_check_of_one_refusal_says_it_as_before(tmp_path: Path) -> None:
     )
 
 
-UNREACHABLE = """
-import os
-from dataclasses import dataclass
-
-import nilo_job as job
-
-
-@dataclass
-class WelcomeMail:
-    nilo_job = "welcome-mail"
-    aliases = ("send-welcome",)
-    retry = job.Retry.NONE
-
-    def run(self) -> None:
-        pass
-
-
-jobs = job.Jobs(kinds=[WelcomeMail], store=job.Table(os.environ["UNREACHABLE_URL"]))
-"""
-
-
 def test_ready_and_check_say_a_store_they_cannot_reach_in_one_sentence(tmp_path: Path) -> None:
     """libpq's hint on a line of its own ("Is the server running on that host and accepting
     TCP/IP connections?") is not printed: each command says one sentence, on one line."""
-    (tmp_path / "unreachable_app.py").write_text(UNREACHABLE)
     places = {
         "postgres": (
             "postgresql://postgres@127.0.0.1:1/nilo?connect_timeout=5",
@@ -192,9 +170,9 @@ def test_ready_and_check_say_a_store_they_cannot_reach_in_one_sentence(tmp_path:
 
         def run(command: str, url: str = url) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [sys.executable, "-m", "nilo_job", command, "unreachable_app:jobs"],
-                cwd=tmp_path,
-                env={**os.environ, "UNREACHABLE_URL": url},
+                [sys.executable, "-m", "nilo_job", command, "tests.helpers.app_from_env:jobs"],
+                cwd=ROOT,
+                env={**os.environ, "NILO_TEST_APP_URL": url},
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -205,7 +183,7 @@ def test_ready_and_check_say_a_store_they_cannot_reach_in_one_sentence(tmp_path:
         assert (ready.returncode, ready.stdout, ready.stderr) == (
             1,
             "",
-            f"Error: unreachable_app:jobs is not ready: {said}\n",
+            f"Error: tests.helpers.app_from_env:jobs is not ready: {said}\n",
         )
         checked = run("check")
         assert (checked.returncode, checked.stdout, checked.stderr) == (

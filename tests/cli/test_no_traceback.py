@@ -22,6 +22,7 @@ import nilo_job as job
 from nilo_job.cli import main
 from nilo_job.dashboard import dashboard_app
 from nilo_job.store.contract import NewRow
+from tests.helpers import ROOT
 from tests.helpers.dashboard import SECRET, client
 from tests.helpers.mariadb import connect
 
@@ -234,30 +235,13 @@ def test_a_statement_the_database_refuses_is_a_sentence_and_changes_nothing(
     assert asyncio.run(state(row)) == "queued"
 
 
-NOT_READ_APP = """
-import os
-from dataclasses import dataclass
-
-import nilo_job as job
-
-
-@dataclass
-class Mail:
-    nilo_job = "mail"
-    aliases = ("post",)
-    retry = job.Retry.NONE
-
-    def run(self) -> None:
-        pass
-
-
-jobs = job.Jobs(kinds=[Mail], store=job.Table(os.environ["NOT_READ_URL"]))
-"""
+APP = "tests.helpers.app_from_env:jobs"
+"""A queue with a renamed kind, on the store `NILO_TEST_APP_URL` names."""
 
 
 @pytest.mark.parametrize("store", ["postgres", "mariadb"])
 def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
-    store: str, request: pytest.FixtureRequest, tmp_path: Path
+    store: str, request: pytest.FixtureRequest
 ) -> None:
     """information_schema hides the columns of a table the user may not read, which looked like
     no table at all ("create it with nilo-job migrate"): `worker`, `ready` and `check` say the
@@ -296,13 +280,12 @@ def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
             f"the queue's tables in {where} may not be read by this user ({refusal}): grant it "
             "SELECT, INSERT, UPDATE and DELETE on nilo_jobs and the tables beside it"
         )
-        (tmp_path / "not_read_app.py").write_text(NOT_READ_APP)
 
         def run(command: str) -> tuple[int, str, str]:
             done = subprocess.run(
-                [sys.executable, "-m", "nilo_job", command, "not_read_app:jobs"],
-                cwd=tmp_path,
-                env={**os.environ, "NOT_READ_URL": as_user, "NILO_JOB_LOOP": "asyncio"},
+                [sys.executable, "-m", "nilo_job", command, APP],
+                cwd=ROOT,
+                env={**os.environ, "NILO_TEST_APP_URL": as_user, "NILO_JOB_LOOP": "asyncio"},
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -312,10 +295,10 @@ def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
             return done.returncode, done.stdout, "\n".join(lines)
 
         assert run("worker") == (1, "", f"Error: {said}")
-        assert run("ready") == (1, "", f"Error: not_read_app:jobs is not ready: {said}")
+        assert run("ready") == (1, "", f"Error: {APP} is not ready: {said}")
         assert run("check") == (
             0,
-            "ok: 1 kind (mail), lease 61000 ms\n",
+            "ok: 1 kind (welcome-mail), lease 61000 ms\n",
             f"the table was not read ({said}): rows of old names are not counted",
         )
     finally:

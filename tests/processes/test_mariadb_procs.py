@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import nilo_job as job
+from tests.helpers.mariadb import side
 from tests.helpers.workers import start, stop
 
 asyncmy = pytest.importorskip("asyncmy")
 
-from nilo_job.store.mysql.connections import server_of  # noqa: E402
 
 ROWS = 2_000
 
@@ -74,17 +74,10 @@ async def push_rows(queue: job.Jobs, url: str, count: int) -> None:
     other processes on this host woken (`jobs.wake()`: the store did not see that commit)."""
     from tests.helpers import procs_kinds
 
-    server = server_of(url)
-    conn = await asyncmy.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password,
-        database=server.database, autocommit=False,
-    )  # fmt: skip
-    try:
+    async with side(url, autocommit=False) as conn:
         for n in range(count):
             await queue.push_in(conn, procs_kinds.Work(n=n))
         await conn.commit()
-    finally:
-        conn.close()
     queue.wake()
 
 
@@ -103,20 +96,12 @@ def runs(out: Path) -> tuple[Counter[int], dict[int, set[int]]]:
 
 async def held_by(url: str, pid: int) -> set[int]:
     """The numbers of the `Work` rows that the process `pid` holds (`running`, claimed by it)."""
-    server = server_of(url)
-    conn = await asyncmy.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password,
-        database=server.database, autocommit=True,
-    )  # fmt: skip
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(
-                "SELECT payload FROM nilo_jobs WHERE state = 'running' AND worker LIKE %s",
-                (f"%:{pid}",),
-            )
-            return {json.loads(row[0])["n"] for row in await cur.fetchall()}
-    finally:
-        conn.close()
+    async with side(url) as conn, conn.cursor() as cur:
+        await cur.execute(
+            "SELECT payload FROM nilo_jobs WHERE state = 'running' AND worker LIKE %s",
+            (f"%:{pid}",),
+        )
+        return {json.loads(row[0])["n"] for row in await cur.fetchall()}
 
 
 def done_so_far(out: Path) -> int:
@@ -194,22 +179,14 @@ async def test_connections_the_server_cuts_lose_nothing_and_workers_resume_by_th
     try:
         await push_rows(queue, env["NILO_TEST_STORE"], ROWS)
         await until("a fifth of the rows", lambda: done_so_far(tmp_path) >= ROWS // 5)
-        server = server_of(mariadb_url)
-        admin = await asyncmy.connect(
-            host=server.host, port=server.port, user=server.user, password=server.password,
-            database=server.database, autocommit=True,
-        )  # fmt: skip
-        try:
-            async with admin.cursor() as cur:
-                await cur.execute(
-                    "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
-                    "AND id <> CONNECTION_ID()"
-                )
-                threads = [int(row[0]) for row in await cur.fetchall()]
-                for thread in threads:
-                    await cur.execute(f"KILL CONNECTION {thread}")
-        finally:
-            admin.close()
+        async with side(mariadb_url) as admin, admin.cursor() as cur:
+            await cur.execute(
+                "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
+                "AND id <> CONNECTION_ID()"
+            )
+            threads = [int(row[0]) for row in await cur.fetchall()]
+            for thread in threads:
+                await cur.execute(f"KILL CONNECTION {thread}")
         assert len(threads) >= 2
         await settled(queue)
     finally:

@@ -26,6 +26,7 @@ from nilo_job._worker.holdback import described
 from nilo_job.store.contract import HeldBack, NewRow
 from tests.helpers import ROOT
 from tests.helpers.forks import pushed_from_forks
+from tests.helpers.mariadb import side
 
 asyncmy = pytest.importorskip("asyncmy")
 
@@ -44,20 +45,6 @@ class Welcome:
 
     def run(self) -> None:
         ran.append(self.user_id)
-
-
-@contextlib.asynccontextmanager
-async def side(url: str, *, autocommit: bool = True) -> AsyncIterator[Any]:
-    """A connection of the test's own to the database at `url`."""
-    server = server_of(url)
-    conn = await asyncmy.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password,
-        database=server.database, autocommit=autocommit,
-    )  # fmt: skip
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 async def sql(url: str, statement: str, params: Any = ()) -> list[tuple[Any, ...]]:
@@ -344,15 +331,23 @@ async def test_a_socket_that_cannot_be_reached_is_named_in_the_sentence() -> Non
         await table.close()
 
 
+@contextlib.asynccontextmanager
+async def locked_row(table: job.Store, url: str) -> AsyncIterator[tuple[int, Any]]:
+    """A row pushed through `table`, and a transaction of the test's own on the database at
+    `url` that holds its lock (`FOR UPDATE`) until it rolls back or the block ends."""
+    (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
+    assert row is not None
+    async with side(url, autocommit=False) as holder, holder.cursor() as cur:
+        await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+        yield row, holder
+
+
 async def test_a_call_not_answered_within_answer_ms_is_a_store_error_naming_it(
     mariadb_url: str,
 ) -> None:
     table = job.Table(mariadb_url, answer_ms=300)
     try:
-        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
-        assert row is not None
-        async with side(mariadb_url, autocommit=False) as holder, holder.cursor() as cur:
-            await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+        async with locked_row(table, mariadb_url) as (row, holder):
             with pytest.raises(job.StoreUnavailable) as late:
                 await table.cancel(row)  # waits for the row's lock
             assert str(late.value) == (
@@ -391,10 +386,7 @@ async def test_a_call_cancelled_from_outside_is_a_cancel_and_the_store_goes_on(
     # sees the cancellation itself (not a store error), and the store's next call is answered.
     table = job.Table(mariadb_url, answer_ms=5_000)
     try:
-        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
-        assert row is not None
-        async with side(mariadb_url, autocommit=False) as holder, holder.cursor() as cur:
-            await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+        async with locked_row(table, mariadb_url) as (row, holder):
             waiting = asyncio.ensure_future(table.cancel(row))
             await _until_a_lock_wait(mariadb_url)
             waiting.cancel()
@@ -415,10 +407,7 @@ async def test_a_call_waits_for_a_free_connection_within_the_connect_timeout(
     # waits for one to come free, for the URL's connect_timeout at most, and says so.
     table = job.Table(f"{mariadb_url}?connect_timeout=1", max_size=1, answer_ms=5_000)
     try:
-        (row,) = await table.push([NewRow("welcome", b'{"user_id":1}', 0)])
-        assert row is not None
-        async with side(mariadb_url, autocommit=False) as holder, holder.cursor() as cur:
-            await cur.execute("SELECT id FROM nilo_jobs WHERE id = %s FOR UPDATE", (row,))
+        async with locked_row(table, mariadb_url) as (row, holder):
             blocked = asyncio.ensure_future(table.cancel(row))  # holds the one connection
             await _until_a_lock_wait(mariadb_url)
             with pytest.raises(job.StoreUnavailable) as full:
@@ -1015,21 +1004,9 @@ async def seen(table: job.Store, wanted: Callable[[HeldBack | None], bool]) -> H
 
 async def _pings(url: str) -> int:
     """The server's count of pings (`Com_admin_commands`), from every client."""
-    import asyncmy
-
-    from nilo_job.store.mysql.connections import server_of
-
-    server = server_of(url)
-    conn = await asyncmy.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password,
-        autocommit=True, connect_timeout=3,
-    )  # fmt: skip
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute("SHOW GLOBAL STATUS LIKE 'Com_admin_commands'", ())
-            row = await cur.fetchone()
-    finally:
-        conn.close()
+    async with side(url) as conn, conn.cursor() as cur:
+        await cur.execute("SHOW GLOBAL STATUS LIKE 'Com_admin_commands'", ())
+        row = await cur.fetchone()
     return int(row[1])
 
 
