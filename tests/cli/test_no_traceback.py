@@ -239,32 +239,41 @@ APP = "tests.helpers.app_from_env:jobs"
 """A queue with a renamed kind, on the store `NILO_TEST_APP_URL` names."""
 
 
-@pytest.mark.parametrize("store", ["postgres", "mariadb"])
+@pytest.mark.parametrize(
+    ("store", "granted", "refused"),
+    [
+        ("postgres", "nilo_jobs_version", "nilo_jobs"),
+        ("postgres", "nilo_jobs", "nilo_jobs_version"),
+        ("mariadb", "nilo_jobs_version", "nilo_jobs"),
+        ("mariadb", "nilo_jobs", "nilo_jobs_attempts"),
+    ],
+)
 def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
-    store: str, request: pytest.FixtureRequest
+    store: str, granted: str, refused: str, request: pytest.FixtureRequest
 ) -> None:
-    """information_schema hides the columns of a table the user may not read, which looked like
-    no table at all ("create it with nilo-job migrate"): `worker`, `ready` and `check` say the
-    server's refusal instead, and what to grant, without a traceback. (SQLite has no users.)"""
+    """information_schema hides a table the user may not read, which looked like no table at
+    all ("create it with nilo-job migrate"), or like a table beside it that a migration would
+    make: `worker`, `ready` and `check` say the server's refusal of the first table it may not
+    read (`refused`) instead, and what to grant, without a traceback. (SQLite has no users.)"""
     url = request.getfixturevalue("pg_url" if store == "postgres" else "mariadb_url")
     user = f"nilo_nr_{uuid.uuid4().hex[:8]}"
     parts = urlsplit(url)
     as_user = parts._replace(netloc=f"{user}@{parts.netloc.rsplit('@', 1)[-1]}").geturl()
     database = parts.path.lstrip("/")
     if store == "postgres":
-        grant = [f"CREATE ROLE {user} LOGIN", f"GRANT SELECT ON nilo_jobs_version TO {user}"]
+        grant = [f"CREATE ROLE {user} LOGIN", f"GRANT SELECT ON {granted} TO {user}"]
         revoke = [f"DROP OWNED BY {user}", f"DROP ROLE {user}"]
     else:
         grant = [
             f"CREATE USER '{user}'@'%'",
-            f"GRANT SELECT ON {database}.nilo_jobs_version TO '{user}'@'%'",
+            f"GRANT SELECT ON {database}.{granted} TO '{user}'@'%'",
         ]
         revoke = [f"DROP USER '{user}'@'%'"]
     _side_run(store, url, grant)
     try:
         if store == "postgres":
             where = f"job.Table({as_user!r})"
-            refusal = "permission denied for table nilo_jobs"
+            refusal = f"permission denied for table {refused}"
         else:
             maria = connect(as_user)
             with contextlib.closing(maria), maria.cursor() as cur:
@@ -274,7 +283,7 @@ def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
             where = f"MariaDB at {parts.netloc.rsplit('@', 1)[-1]}/{database}"
             refusal = (
                 f"SELECT command denied to user '{user}'@'{client}' for table "
-                f"`{database}`.`nilo_jobs`"
+                f"`{database}`.`{refused}`"
             )
         said = (
             f"the queue's tables in {where} may not be read by this user ({refusal}): grant it "

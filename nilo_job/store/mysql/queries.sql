@@ -138,11 +138,11 @@ SELECT column_name FROM information_schema.columns
 WHERE table_schema = DATABASE() AND table_name = 'nilo_jobs';
 
 -- name: readable
--- A read of nilo_jobs that reads no row, for a check that found none of its columns in
--- information_schema, which hides the columns of a table the user may not read: the server
--- then refuses it (ER_TABLEACCESS_DENIED_ERROR, whether the table exists or not: the privilege
--- is checked first), else it says there is no such table.
-SELECT 1 FROM nilo_jobs LIMIT 0;
+-- A read of one of the queue's tables (`{table}`: nilo_jobs or a table beside it) that reads no
+-- row, for a check that did not find it in information_schema, which hides a table the user
+-- may not read: the server then refuses it (ER_TABLEACCESS_DENIED_ERROR, whether the table
+-- exists or not: the privilege is checked first), else it says there is no such table.
+SELECT 1 FROM {table} LIMIT 0;
 
 -- name: tables
 -- The tables beside nilo_jobs that the database has.

@@ -266,16 +266,22 @@ class MysqlTable:
             if got != 1:
                 raise StoreUnavailable(f"{where}: another migration held its lock for 30 s")
             try:
-                columns, recorded, _tables = await _read_schema(cur)
+                columns, recorded, tables = await _read_schema(cur)
                 steps = _schema.steps_from(columns, recorded, where)
+                # As this version wants it (or newer, and fine as it is): nothing is written,
+                # so that a user without CREATE may run it, but a table beside it that is
+                # missing is made.
+                as_wanted = steps is None or (not steps and recorded is not None and columns)
+                if as_wanted and not _schema.SIDE_TABLES - tables:
+                    return
                 await cur.execute("SET SESSION sql_notes = 0", ())  # (IF NOT EXISTS notes)
                 try:
                     for statement in _statements(self._create()):
                         await cur.execute(statement, ())
                 finally:
                     await cur.execute("SET SESSION sql_notes = 1", ())
-                if steps is None:
-                    return  # newer than this version, and fine as it is
+                if steps is None or as_wanted:
+                    return
                 for step in steps:
                     if step not in SQL:
                         raise StoreUnavailable(
@@ -863,22 +869,24 @@ async def _read_schema(
     """The columns of `nilo_jobs`, what `nilo_jobs_version` records (None: no record), and the
     tables beside it that the database has.
 
-    With `probe` (a check), a table whose columns information_schema hides is read, so that
-    the server says why (a user without the privilege to read it).
+    With `probe` (a check), each of the queue's tables that information_schema does not show
+    (it hides a table the user may not read) is read, so that the server says why.
 
     Raises:
-        MySQLError: the server refused a read (with `probe`: the user may not read nilo_jobs).
+        MySQLError: the server refused a read (with `probe`: the user may not read one of the
+            queue's tables).
     """
     await cur.execute(SQL["columns"], ())
     columns = {str(r[0]) for r in await cur.fetchall()}
-    if not columns and probe:
-        try:
-            await cur.execute(SQL["readable"], ())
-        except MySQLError as error:
-            if code_of(error) != NO_TABLE:
-                raise
     await cur.execute(SQL["tables"], ())
     tables = {str(r[0]) for r in await cur.fetchall()} & _schema.SIDE_TABLES
+    if probe:
+        for table in ([] if columns else ["nilo_jobs"]) + sorted(_schema.SIDE_TABLES - tables):
+            try:
+                await cur.execute(SQL["readable"].format(table=table), ())
+            except MySQLError as error:
+                if code_of(error) != NO_TABLE:
+                    raise
     recorded: _schema.Recorded = None
     if "nilo_jobs_version" in tables:
         await cur.execute(SQL["version"], ())
