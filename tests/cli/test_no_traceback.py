@@ -239,17 +239,27 @@ APP = "tests.helpers.app_from_env:jobs"
 """A queue with a renamed kind, on the store `NILO_TEST_APP_URL` names."""
 
 
+TABLES = (
+    "nilo_jobs", "nilo_jobs_attempts", "nilo_jobs_deaths", "nilo_jobs_done", "nilo_jobs_paused",
+    "nilo_jobs_version", "nilo_jobs_workers",
+)  # fmt: skip
+"""The queue's tables."""
+ALL_BUT_DONE = tuple(table for table in TABLES if table != "nilo_jobs_done")
+
+
 @pytest.mark.parametrize(
     ("store", "granted", "refused"),
     [
-        ("postgres", "nilo_jobs_version", "nilo_jobs"),
-        ("postgres", "nilo_jobs", "nilo_jobs_version"),
-        ("mariadb", "nilo_jobs_version", "nilo_jobs"),
-        ("mariadb", "nilo_jobs", "nilo_jobs_attempts"),
+        ("postgres", ("nilo_jobs_version",), "nilo_jobs"),
+        ("postgres", ("nilo_jobs",), "nilo_jobs_version"),
+        ("postgres", ALL_BUT_DONE, "nilo_jobs_done"),
+        ("mariadb", ("nilo_jobs_version",), "nilo_jobs"),
+        ("mariadb", ("nilo_jobs",), "nilo_jobs_attempts"),
+        ("mariadb", ALL_BUT_DONE, "nilo_jobs_done"),
     ],
 )
 def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
-    store: str, granted: str, refused: str, request: pytest.FixtureRequest
+    store: str, granted: tuple[str, ...], refused: str, request: pytest.FixtureRequest
 ) -> None:
     """information_schema hides a table the user may not read, which looked like no table at
     all ("create it with nilo-job migrate"), or like a table beside it that a migration would
@@ -261,12 +271,11 @@ def test_a_user_who_may_not_read_the_table_is_told_the_server_s_refusal(
     as_user = parts._replace(netloc=f"{user}@{parts.netloc.rsplit('@', 1)[-1]}").geturl()
     database = parts.path.lstrip("/")
     if store == "postgres":
-        grant = [f"CREATE ROLE {user} LOGIN", f"GRANT SELECT ON {granted} TO {user}"]
+        grant = [f"CREATE ROLE {user} LOGIN", f"GRANT SELECT ON {', '.join(granted)} TO {user}"]
         revoke = [f"DROP OWNED BY {user}", f"DROP ROLE {user}"]
     else:
-        grant = [
-            f"CREATE USER '{user}'@'%'",
-            f"GRANT SELECT ON {database}.{granted} TO '{user}'@'%'",
+        grant = [f"CREATE USER '{user}'@'%'"] + [
+            f"GRANT SELECT ON {database}.{table} TO '{user}'@'%'" for table in granted
         ]
         revoke = [f"DROP USER '{user}'@'%'"]
     _side_run(store, url, grant)

@@ -216,10 +216,10 @@ SELECT column_name FROM information_schema.columns
 WHERE table_name = 'nilo_jobs' AND table_schema = current_schema();
 
 -- name: readable
--- A read of nilo_jobs that reads no row, for a table the statements find (`tables`) but whose
--- columns information_schema hides: one this user may not read. The server's refusal says so,
--- where "no table" would not.
-SELECT 1 FROM nilo_jobs LIMIT 0;
+-- One arm of a check's read of the queue's tables that the statements find (`{table}`: each
+-- of them, joined by UNION ALL), reading no row: the server refuses it, naming the table, when
+-- the user may not read one (information_schema would only hide such a table's columns).
+SELECT 1 FROM {table} WHERE false
 
 -- name: now
 SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;

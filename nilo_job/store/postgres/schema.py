@@ -39,18 +39,25 @@ async def read_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
 
 
 async def check_schema(conn: psycopg.AsyncConnection[Any]) -> Schema:
-    """`read_schema`, for a check: where information_schema shows no column of the table while
-    the statements find one (information_schema hides the columns of a table the user may not
-    read), the table is read, so that the server says why.
+    """`read_schema`, for a check, then one read of every table of the queue's that the
+    statements find, so that a table the user may not read is the server's refusal (where
+    information_schema hides such a table's columns, it would look missing).
 
     Raises:
         psycopg.errors.InsufficientPrivilege: the user may not read a table of the queue's.
     """
     schema = await read_schema(conn)
-    if not schema[0]:
+    columns, _recorded, tables = schema
+    found = set(tables)
+    if columns:
+        found.add("nilo_jobs")
+    else:  # hidden or missing: the table itself first, so that the refusal names it
         cur = await conn.execute(SQL["tables"], (["nilo_jobs"],))
         if await cur.fetchone() is not None:
-            await conn.execute(SQL["readable"])
+            await conn.execute(SQL["readable"].format(table="nilo_jobs"))
+    if found:
+        arms = [SQL["readable"].format(table=table) for table in sorted(found)]
+        await conn.execute("\nUNION ALL\n".join(arms))
     return schema
 
 
