@@ -30,8 +30,6 @@ from .._base.text import count_of
 from .._kinds.kind import Kind, check_unique_names, read_deps, read_kind
 from .._queue.jobs import Jobs
 from ._load import Refused, load
-from ._target import driver_errors
-from ._target import said as server_said
 from ._text import JSON_OPTION, print_json
 
 
@@ -94,17 +92,13 @@ def check(target: str, as_json: bool) -> None:
             f"{refused.said}, with {count_of(len(said), 'refusal')}:\n{lines}"
         ) from None
     names = [kind.name for kind in jobs.kinds]
-    unread: tuple[type[Exception], ...] = (JobError, *driver_errors())
     try:
         names_in_table = asyncio.run(_rows_by_name(jobs))
-    except unread as error:
+    except JobError as error:
         names_in_table = None
         if any(kind.aliases for kind in jobs.kinds):  # a rename under way: say what is unknown
-            why = str(error)
-            if not isinstance(error, JobError):
-                why = f"the database refused it: {server_said(error)}"
             click.echo(
-                f"the table was not read ({why}): rows of old names are not counted", err=True
+                f"the table was not read ({error}): rows of old names are not counted", err=True
             )
     found = Names.of(jobs.kinds, names_in_table)
     if as_json:
@@ -136,8 +130,6 @@ async def _rows_by_name(jobs: Jobs) -> dict[str, int]:
 
     Raises:
         JobError: the store cannot be reached, or the table is missing or not nilo-job's.
-        Exception: the driver's error (one of `driver_errors()`), when the database refused
-            the read (a user without the privilege to read the table).
     """
     store = jobs.store
     try:

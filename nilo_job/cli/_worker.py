@@ -21,8 +21,6 @@ from .._queue.jobs import Jobs
 from ..store._target import shown
 from ._health import Health
 from ._load import load
-from ._target import driver_errors
-from ._target import said as server_said
 from ._text import MS, WORKERS
 
 
@@ -133,9 +131,6 @@ def worker(
             )
     except (JobError, Refusal) as error:
         raise click.ClickException(str(error)) from None
-    except driver_errors() as error:  # at start: a user without the privilege, say
-        said_by_server = server_said(error)
-        raise click.ClickException(f"the database refused the worker: {said_by_server}") from None
     finally:
         exits.cancel()
 
@@ -296,8 +291,6 @@ def ready(target: str) -> None:
                 return None
             try:
                 await jobs.store.check()
-            except driver_errors() as error:  # a read the database refused
-                return f"the database refused it: {server_said(error)}"
             except Exception as error:  # the store's sentence for what ready() found
                 return str(error)
             return "its store did not answer"

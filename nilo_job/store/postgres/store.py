@@ -227,7 +227,7 @@ class PostgresTable:
                 check_schema, "the check of the table", transaction=False
             )
         except psycopg.errors.InsufficientPrivilege as error:
-            said = str(error).strip().split("\n", 1)[0]
+            said = error.diag.message_primary or str(error)
             raise _schema.not_readable(repr(self), said) from error
         _schema.check(repr(self), self._target(), columns, recorded, tables)
 
