@@ -187,6 +187,12 @@ INSERT INTO nilo_jobs (kind, payload, state, run_at, attempts, unique_key, lease
                        started_at, worker, trace)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
+-- name: push_queued
+-- The common row: queued, no unique key, not claimed: five parameters, the rest the columns'
+-- defaults (NULL, and no attempts). Nothing can conflict.
+INSERT INTO nilo_jobs (kind, payload, state, run_at, pushed_at, trace)
+VALUES (%s, %s, 'queued', %s, %s, %s);
+
 -- name: claim_due
 -- One arm of a claim's first step, for one kind: the ids of its due queued rows in the order of
 -- `nilo_jobs_due` (named, so that no plan reads the rows of other kinds), read from that index

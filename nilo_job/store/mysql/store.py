@@ -898,6 +898,12 @@ async def _read_schema(
 
 async def _insert(cur: Cursor, row: NewRow) -> int | None:
     """Insert `row` on `cur`; its id, or None when another row of its kind holds its key."""
+    if row.unique_key is None and row.lease_until is None:
+        await cur.execute(
+            SQL["push_queued"],
+            (row.kind, row.payload.decode(), row.run_at, row.pushed_at, row.trace),
+        )
+        return int(cur.lastrowid)
     try:
         await cur.execute(SQL["push"], row_params(row))
     except Exception as error:
