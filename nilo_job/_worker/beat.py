@@ -93,6 +93,7 @@ class Beat:
         self.answered_at = time.monotonic()  # when the last beat the store took was sent
         self.late_s = 0.0  # how late the event loop ran since then (s): paused, or blocked
         self.past_lease = False  # the WARNING that held rows may run again was logged
+        self.recorded = False  # the store took a write of this run's entry
 
     async def register(self, kinds: Sequence[str], workers: int) -> None:
         """Record this process's entry as serve starts (a failure is logged, and the next beat
@@ -109,7 +110,7 @@ class Beat:
         except Exception as error:
             self._failed(error)
             return
-        self.answered_at = sent
+        self.answered_at, self.recorded = sent, True
 
     async def run(self, kinds: Sequence[str], workers: int) -> None:
         """Record this process's entry (serving `kinds` with `workers`), then beat every
@@ -148,6 +149,7 @@ class Beat:
             return
         unbeaten_s = sent - self.answered_at
         self.answered_at = sent  # the leases it renewed count from when it was sent
+        self.recorded = True
         self.late_s -= late_s  # (what the loop ran late after `sent` counts from it)
         if self.failing_since is not None:
             log.info("beating again after %.1f s without a beat answered", unbeaten_s)
@@ -181,17 +183,22 @@ class Beat:
             self.late_s += late_s
 
     async def unregister(self) -> None:
-        """Delete this process's entry (a clean stop); a failure is logged, and the entry is
-        then shown as lost until it is forgotten."""
+        """Delete this process's entry (a clean stop); a failure is logged, and an entry the
+        store took is then shown as lost until it is forgotten."""
         entry, self.entry = self.entry, None
         if entry is None:
             return
         try:
             await self.store.unregister(entry.id)
         except Exception as error:
+            left = (
+                "the entry shows as lost until it is forgotten"
+                if self.recorded
+                else "the store never took this process's entry, so there is likely none to show"
+            )
             log.warning(
-                "leaving the worker registry failed with %s: %s; the entry shows as lost",
-                type(error).__name__, error, extra={"error": type(error).__name__},
+                "leaving the worker registry failed with %s: %s; %s",
+                type(error).__name__, error, left, extra={"error": type(error).__name__},
             )  # fmt: skip
 
     def _failed(self, error: Exception) -> None:

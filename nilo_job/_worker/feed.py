@@ -32,6 +32,11 @@ Start = Callable[[Claimed, int, Callable[[], None]], "asyncio.Task[None] | None"
 function given once the row no longer needs its worker; None, starting nothing, when the row can
 no longer run under its lease (its worker then gives it back)."""
 
+Waiting = tuple[Claimed, int, int]
+"""A row waiting in the feed: the row, the clock reading of its claim (µs: its lease runs from
+then), and the clock reading when it came to the feed (µs: once the claim was answered, which may
+be much later), from which `WAIT_MOST_S` counts."""
+
 Taken = tuple[Claimed, int, "asyncio.Future[None] | None"]
 """What a worker is handed: a row, the clock reading of its claim (µs), and the future that
 frees the worker once the row's run no longer needs it; None when the row was not started."""
@@ -45,7 +50,8 @@ AHEAD_MOST = 64
 the next claim is answered, which takes a few milliseconds where the database is across a network
 or a claim is more than one statement (MariaDB and MySQL)."""
 WAIT_MOST_S = 0.25
-"""A row claimed ahead and not started after this many seconds is given back to the table."""
+"""A row claimed ahead and not started this many seconds after it came here is given back to the
+table."""
 HELD_PER_WORKER = 2
 """serve holds at most this many rows whose ends are not yet written per worker, plus what its
 writes of ends have shown they take (`Bound`)."""
@@ -156,6 +162,8 @@ class Feed:
     paused), less the `limited` ones (with a concurrency limit), whose rows only a claim may
     take, since a claim counts them against their limit.
 
+    `now` is the queue's clock (µs), which stamps when each row came here.
+
     `bound` bounds the rows held whose ends are not yet written (see the module): a row is
     started only while fewer than `bound.most()` are started and not yet ended or unwritten,
     and `wanted` and `has_unpromised_idle` leave room for no more than that in all. When room
@@ -170,11 +178,13 @@ class Feed:
         start: Start,
         limited: Collection[str] = (),
         *,
+        now: Callable[[], int],
         bound: Bound,
     ) -> None:
         self.limited = frozenset(limited)
         self.kinds = frozenset(kinds)  # what serve claims now (none paused), less `limited`
-        self.rows: collections.deque[tuple[Claimed, int]] = collections.deque()
+        self.rows: collections.deque[Waiting] = collections.deque()
+        self.now = now
         self.idle: collections.deque[asyncio.Future[Taken | None]] = collections.deque()
         self.start = start
         self.want = want
@@ -222,7 +232,7 @@ class Feed:
         """How many rows this process holds now whose ends are not yet written, each once: the
         rows started and not yet ended, those claimed and waiting here, and the unwritten ones.
         (What a push in flight may claim is not held yet.)"""
-        waiting = (row.id for row, _claimed_at in self.rows)
+        waiting = (row.id for row, _claimed_at, _came in self.rows)
         return len({*self.tasks.values(), *waiting, *self.bound.unwritten})
 
     def startable(self) -> bool:
@@ -245,7 +255,8 @@ class Feed:
         while self.rows and self.idle and self.startable():
             waiter = self.idle.popleft()
             if not waiter.done():
-                waiter.set_result(self._taken(*self.rows.popleft()))
+                row, claimed_at, _came = self.rows.popleft()
+                waiter.set_result(self._taken(row, claimed_at))
         if self.room() > 0:
             self.starved = False
             self.want()
@@ -261,7 +272,7 @@ class Feed:
         if self.closed:
             return None
         if self.rows and self.startable():
-            row, claimed_at = self.rows.popleft()
+            row, claimed_at, _came = self.rows.popleft()
             if len(self.rows) <= self.low:
                 self.want()
             return self._taken(row, claimed_at)
@@ -275,15 +286,16 @@ class Feed:
             if handed is not None and handed[2] is None:
                 # Handed over, not started, as the worker was cancelled: it waits again. (A
                 # started one is among `tasks`, which serve's stop sees to.)
-                self.rows.appendleft(handed[:2])
+                self.rows.appendleft((handed[0], handed[1], self.now()))
             raise
         finally:
             if waiter in self.idle:  # (a miss would raise, and its message reprs the future)
                 self.idle.remove(waiter)
 
     def put(self, rows: Sequence[Claimed], claimed_at: int) -> None:
-        """Hand `rows` to waiting workers, first come first served, starting each while rows
-        may start (`startable`); the rest wait here."""
+        """Hand `rows`, claimed at `claimed_at` (µs), to waiting workers, first come first
+        served, starting each while rows may start (`startable`); the rest wait here."""
+        came = self.now()
         for row in rows:
             while self.idle and self.startable():
                 waiter = self.idle.popleft()
@@ -291,7 +303,7 @@ class Feed:
                     waiter.set_result(self._taken(row, claimed_at))
                     break
             else:
-                self.rows.append((row, claimed_at))
+                self.rows.append((row, claimed_at, came))
 
     def close(self) -> None:
         """No more rows: waiting workers get None, and so does every later `get`."""
@@ -338,15 +350,15 @@ class Feed:
 
     def take_stale(self, now_us: int) -> list[Claimed]:
         """The rows that have waited here longer than `WAIT_MOST_S` at `now_us`, taken out of
-        the feed. Rows wait in the order they were claimed, so these are at its front."""
-        claimed_before = now_us - int(WAIT_MOST_S * 1_000_000)
+        the feed. Rows wait in the order they came, so these are at its front."""
+        came_before = now_us - int(WAIT_MOST_S * 1_000_000)
         old = []
-        while self.rows and self.rows[0][1] < claimed_before:
+        while self.rows and self.rows[0][2] < came_before:
             old.append(self.rows.popleft()[0])
         return old
 
-    def take_all(self) -> list[tuple[Claimed, int]]:
+    def take_all(self) -> list[Claimed]:
         """Every row still waiting, taken out of the feed."""
-        taken = list(self.rows)
+        taken = [row for row, _claimed_at, _came in self.rows]
         self.rows.clear()
         return taken

@@ -137,8 +137,9 @@ class Server:
         self.stop_began, self.tally, self.stop_given = None, Tally(), set()
         self.ends.start_grouping(self.workers)  # (its bound, which the feed keeps to)
         feed = self.wakeups.feed = Feed(
-            wakeup.set, self.pauses.claimable, self._start, self.limits, bound=self.ends.bound
-        )
+            wakeup.set, self.pauses.claimable, self._start, self.limits,
+            now=self.clock.now, bound=self.ends.bound,
+        )  # fmt: skip
         self.ends.bound.lapsed = self.wakeups.front.full
         beat = self.beat = Beat(
             self.store, self.clock, self.heartbeat_ms or BEAT_MS,
@@ -393,7 +394,7 @@ class Server:
         loop = asyncio.get_running_loop()
         deadline = (self.stop_began or loop.time()) + grace_ms / 1_000
         feed.close()
-        await self._give_back([row for row, _claimed_at in feed.take_all()])
+        await self._give_back(feed.take_all())
         running = dict(feed.tasks)  # the runs the grace period is for: task, row id
         live = [row_id for task, row_id in running.items() if not task.done()]
         if live:
@@ -417,7 +418,7 @@ class Server:
         ending = {row_id for row_id in late.values() if row_id in self.ends.writing}
         await cancel_and_wait([*late, *workers])
         # A row a cancelled worker had just been handed.
-        await self._give_back([row for row, _claimed_at in feed.take_all()])
+        await self._give_back(feed.take_all())
         # A claim in flight as the stop came: its answer, whose rows the claim loop gives back
         # (a second cancel cuts the wait short, leaving them to their lease).
         claims, self.claims = self.claims, None
@@ -519,7 +520,7 @@ class Tally:
 def held(feed: Feed) -> list[int]:
     """The ids of the rows this process holds on `feed`: started and not yet ended (their ends
     being written included), and claimed and waiting for a worker."""
-    return [*feed.tasks.values(), *(row.id for row, _claimed_at in feed.rows)]
+    return [*feed.tasks.values(), *(row.id for row, _claimed_at, _came in feed.rows)]
 
 
 class Outage:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pytest
 
 import nilo_job as job
-from nilo_job.store.contract import Claimed, End, NewRow, Store
+from nilo_job.store.contract import Claimed, End, NewRow, Released, Store
 from tests.helpers.serving import FailingSpace, until, until_idle
 
 _running = 0
@@ -88,6 +88,47 @@ async def test_every_row_runs_once_never_more_than_workers_at_once_and_ends_are_
     assert sorted(_ran) == list(range(300))
     assert _most == 3
     assert await jobs.stats() == (0, 0, 0)
+
+
+async def test_rows_claimed_ahead_wait_their_time_from_the_claims_answer_not_from_its_sending(
+    store: Store,
+) -> None:
+    # A claim answered late (a slow database: here the queue's clock moves 0.5 s on while the
+    # first claim of rows ahead of the one worker is answered, within the lease's second beyond
+    # the run's timeout) hands over rows that have not waited here yet: they run, and none goes
+    # back to the table unrun.
+    _reset(200)
+    jobs = job.Jobs(kinds=[Counted], store=store, workers=1)
+    await jobs.push_many([Counted(n) for n in range(200)])
+    clock = jobs._parts.clock
+    real_claim, real_finish = store.claim, store.finish
+    late, released = 0, 0
+
+    async def late_claim(*args: object, **kwargs: object) -> list[Claimed]:
+        nonlocal late
+        rows = await real_claim(*args, **kwargs)  # type: ignore[arg-type]
+        if len(rows) > 1 and not late:
+            late = len(rows)
+            clock.offset_us += 500_000  # the answer came 0.5 s after the claim was sent
+        return rows
+
+    async def counted_finish(ends: Sequence[End]) -> list[bool]:
+        nonlocal released
+        released += sum(isinstance(end, Released) for end in ends)
+        return await real_finish(ends)
+
+    store.claim = late_claim  # type: ignore[method-assign]
+    store.finish = counted_finish  # type: ignore[method-assign]
+    try:
+        async with jobs.serving(grace_ms=5_000):
+            async with asyncio.timeout(30):
+                await _all_ran.wait()
+            given_back = released
+    finally:
+        store.claim, store.finish = real_claim, real_finish  # type: ignore[method-assign]
+    assert late > 1  # a claim took rows ahead of the worker, and was answered late
+    assert given_back == 0
+    assert sorted(_ran) == list(range(200))
 
 
 def _ours(found: object) -> bool:

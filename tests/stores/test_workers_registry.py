@@ -24,7 +24,8 @@ import psycopg
 import pytest
 
 import nilo_job as job
-from nilo_job._worker.beat import BEAT_MS, FORGET_US, LOST_BEATS, is_alive
+from nilo_job._base.clock import Clock
+from nilo_job._worker.beat import BEAT_MS, FORGET_US, LOST_BEATS, Beat, is_alive
 from nilo_job.store.contract import NewRow, Store, WorkerEntry
 
 T = 1_800_000_000_000_000
@@ -67,6 +68,36 @@ async def test_an_entry_is_registered_beaten_and_unregistered(store: Store) -> N
     await store.unregister("h:1:1")  # nothing to delete: no error
     # A beat of an entry that is gone says so: its process records itself again.
     assert await store.beat("h:1:1", T + 2_000_000, [], None, "h:1", 0) is False
+
+
+async def test_a_failed_leave_says_the_entry_shows_as_lost_only_when_the_store_took_one(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.create_missing()
+    caplog.set_level(logging.WARNING, logger="nilo_job")
+    register, beat, unregister = store.register, store.beat, store.unregister
+
+    async def away(*_args: object) -> Any:
+        raise job.StoreUnavailable("the store is away")
+
+    store.unregister = away  # type: ignore[method-assign]
+    try:
+        taken = Beat(store, Clock(), BEAT_MS, None, list)
+        await taken.register(["k"], 1)
+        await taken.unregister()
+        store.register = store.beat = away  # type: ignore[method-assign]
+        never = Beat(store, Clock(), BEAT_MS, None, list)
+        await never.register(["k"], 1)
+        await never.once()
+        await never.unregister()
+    finally:
+        store.register, store.beat, store.unregister = register, beat, unregister  # type: ignore[method-assign]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("leaving")]
+    failed = "leaving the worker registry failed with StoreUnavailable: the store is away; "
+    assert said == [
+        failed + "the entry shows as lost until it is forgotten",
+        failed + "the store never took this process's entry, so there is likely none to show",
+    ]
 
 
 async def test_an_entry_is_lost_once_it_missed_three_of_its_beats(store: Store) -> None:

@@ -15,7 +15,9 @@ def _feed(workers: int, largest_write: int) -> Feed:
     bound = Bound(lease_ms=30_000)
     bound.serve(workers)
     bound.written(largest_write)
-    return Feed(lambda: None, ["k"], lambda row, claimed_at, freed: None, bound=bound)
+    return Feed(
+        lambda: None, ["k"], lambda row, claimed_at, freed: None, now=lambda: 0, bound=bound
+    )
 
 
 @pytest.mark.parametrize(
