@@ -93,7 +93,7 @@ class Beat:
         self.answered_at = time.monotonic()  # when the last beat the store took was sent
         self.late_s = 0.0  # how late the event loop ran since then (s): paused, or blocked
         self.past_lease = False  # the WARNING that held rows may run again was logged
-        self.recorded = False  # the store took a write of this run's entry
+        self.recorded = False  # the store took a write of this run's entry, and still holds it
 
     async def register(self, kinds: Sequence[str], workers: int) -> None:
         """Record this process's entry as serve starts (a failure is logged, and the next beat
@@ -141,6 +141,7 @@ class Beat:
                 self.store.beat(entry.id, now, running, until, worker(), now - FORGET_US)
             )
             if not found:  # forgotten (a long outage, or deleted by hand): recorded again
+                self.recorded = False
                 entry = dataclasses.replace(entry, beat_at=now, running=tuple(running))
                 self.entry = entry
                 await self.store.register(entry)
@@ -194,7 +195,7 @@ class Beat:
             left = (
                 "the entry shows as lost until it is forgotten"
                 if self.recorded
-                else "the store never took this process's entry, so there is likely none to show"
+                else "the store holds no entry of this process's that it took, so likely none shows"
             )
             log.warning(
                 "leaving the worker registry failed with %s: %s; %s",

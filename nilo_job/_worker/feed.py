@@ -150,8 +150,8 @@ class Bound:
 
 
 class Feed:
-    """Rows claimed and not yet started (each with the clock reading of its claim, µs), and the
-    workers waiting for one; one feed per run of `serve`.
+    """Rows claimed and not yet started (each with the clock readings of its claim and of its
+    coming here, µs: `Waiting`), and the workers waiting for one; one feed per run of `serve`.
 
     A row goes to a waiting worker directly, started as it is handed over, or waits in `rows`
     for the next worker that asks, started as it is taken; a worker taking a row costs no
@@ -286,7 +286,10 @@ class Feed:
             if handed is not None and handed[2] is None:
                 # Handed over, not started, as the worker was cancelled: it waits again. (A
                 # started one is among `tasks`, which serve's stop sees to.)
-                self.rows.appendleft((handed[0], handed[1], self.now()))
+                # (It counts as come no later than the rows behind it: `take_stale` reads the
+                # rows in the order they came.)
+                came = min(self.now(), self.rows[0][2]) if self.rows else self.now()
+                self.rows.appendleft((handed[0], handed[1], came))
             raise
         finally:
             if waiter in self.idle:  # (a miss would raise, and its message reprs the future)
