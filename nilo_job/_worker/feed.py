@@ -232,8 +232,11 @@ class Feed:
         """How many rows this process holds now whose ends are not yet written, each once: the
         rows started and not yet ended, those claimed and waiting here, and the unwritten ones.
         (What a push in flight may claim is not held yet.)"""
-        waiting = (row.id for row, _claimed_at, _came in self.rows)
-        return len({*self.tasks.values(), *waiting, *self.bound.unwritten})
+        return len({*self.tasks.values(), *self.waiting_ids(), *self.bound.unwritten})
+
+    def waiting_ids(self) -> list[int]:
+        """The ids of the rows claimed and waiting here, in the order they came."""
+        return [row.id for row, _claimed_at, _came in self.rows]
 
     def startable(self) -> bool:
         """Whether a row may start now: fewer than the bound are started and not yet ended, or

@@ -520,7 +520,7 @@ class Tally:
 def held(feed: Feed) -> list[int]:
     """The ids of the rows this process holds on `feed`: started and not yet ended (their ends
     being written included), and claimed and waiting for a worker."""
-    return [*feed.tasks.values(), *(row.id for row, _claimed_at, _came in feed.rows)]
+    return [*feed.tasks.values(), *feed.waiting_ids()]
 
 
 class Outage:

@@ -230,7 +230,7 @@ class _Counting(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         feed = None if self.jobs is None else self.jobs._parts.wakeups.feed
         if feed is not None:
-            waiting = [row.id for row, _claimed_at, _came in feed.rows]
+            waiting = feed.waiting_ids()
             record.held_then = len({*feed.tasks.values(), *waiting, *feed.bound.unwritten})
         return True
 

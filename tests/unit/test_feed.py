@@ -65,7 +65,7 @@ async def test_a_row_waits_its_time_from_when_it_came_and_one_handed_back_keeps_
     worker.cancel()  # before it took row 1, which waits again, first
     with contextlib.suppress(asyncio.CancelledError):
         await worker
-    assert [row.id for row, _claimed_at, _came in feed.rows] == [1, 2]
+    assert feed.waiting_ids() == [1, 2]
     clock[0] += 100_000
     assert feed.take_stale(clock[0]) == []  # 200 ms since they came
     clock[0] += 100_000
